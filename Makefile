@@ -1,0 +1,25 @@
+# Quick start: `make demo` (set up .venv and run the main job), `make test` (set up and run the tests).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test lint
+
+# torch==2.13.0 first: it is the CPU wheel on disk; a looser request would pull a multi-GB CUDA build.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	$(VENV)/bin/kmipgt bench attention --n-min 1024 --n-max 16384 --repeats 2 --out bench-out/demo
+
+test: setup
+	$(PY) -m pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check .
