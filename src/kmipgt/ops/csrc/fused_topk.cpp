@@ -3,11 +3,12 @@
 // Scores are never written to memory: a 6x16 block of query-key inner products lives in 12 SIMD
 // registers (the register blocking of a GEMM micro-kernel), is compared with the current k-th best
 // score of each of its 6 queries, and only the rare scores that beat it are inserted into a small
-// sorted per-query list. Keys are packed per (head, graph) into panels of 16 keys, dimension-major,
-// so the micro-kernel streams them with aligned vector loads; a tile of panels stays in L2 while a
-// block of queries sweeps it. Each query sees its graph's keys in increasing index order and a key
-// is inserted only when it is strictly better, so ties go to the lower index without extra work.
-// Plain C ABI (no torch headers) so the library builds in about a second with any C++ compiler.
+// sorted per-query list. Keys are packed per (head, segment) into panels of 16 keys, dimension-major,
+// so the micro-kernel streams them with aligned vector loads; a tile of panels stays in L2 while the
+// queries that probe the segment sweep it. A segment is a graph (exact search: each query probes its
+// own graph) or an inverted list (IVF: each query probes nprobe lists); one kernel serves both.
+// Ordering is by (score descending, key id ascending), so ties go to the lower id whatever order the
+// segments are visited in. Plain C ABI (no torch headers): builds in about a second.
 
 #include <algorithm>
 #include <cmath>
@@ -28,7 +29,6 @@ typedef int v8i __attribute__((vector_size(32)));
 
 constexpr int kRows = 6;      // queries per micro-kernel
 constexpr int kLanes = 16;    // keys per panel (two 8-float vectors)
-constexpr int kQueryBlock = 96;
 constexpr int64_t kTileBytes = 192 * 1024;  // key tile kept in L2
 
 inline bool any_lane(v8i mask) {
@@ -42,26 +42,31 @@ inline bool any_lane(v8i mask) {
 }
 
 struct TopK {
-  float* value;     // [k] sorted descending
-  int64_t* index;   // [k]
+  float* value;      // [k] sorted by (score desc, id asc)
+  int64_t* index;    // [k]
   int64_t count;
-  float threshold;  // k-th best so far, -inf until k keys were seen
+  float threshold;   // k-th best score so far; -inf until k keys were seen
+  int64_t threshold_id;
 
-  void insert(float v, int64_t i, int64_t k) {
+  bool beats(float v, int64_t id) const { return v > threshold || (v == threshold && id < threshold_id); }
+
+  void insert(float v, int64_t id, int64_t k) {
     int64_t j = count < k ? count++ : k - 1;
-    // Strict comparison keeps earlier (lower-index) keys of equal score ahead of the new one.
-    while (j > 0 && value[j - 1] < v) {
+    while (j > 0 && (value[j - 1] < v || (value[j - 1] == v && index[j - 1] > id))) {
       value[j] = value[j - 1];
       index[j] = index[j - 1];
       --j;
     }
     value[j] = v;
-    index[j] = i;
-    if (count == k) threshold = value[k - 1];
+    index[j] = id;
+    if (count == k) {
+      threshold = value[k - 1];
+      threshold_id = index[k - 1];
+    }
   }
 };
 
-// Keys of one (head, graph): panels of 16 keys, [panel][dim][16], zero-padded past the graph's end.
+// Keys of one (head, segment): panels of 16 keys, [panel][dim][16], zero-padded past the segment's end.
 void pack_keys(const float* key, int64_t heads, int64_t dim, int64_t head, int64_t start, int64_t size,
                float* packed) {
   const int64_t panels = (size + kLanes - 1) / kLanes;
@@ -73,9 +78,11 @@ void pack_keys(const float* key, int64_t heads, int64_t dim, int64_t head, int64
   }
 }
 
-// Scores of up to 6 queries against one panel, then insertion of those beating the thresholds.
-inline void micro_kernel(const float* const* rows, const float* panel, int64_t dim, TopK* tops,
-                         int64_t first_key, int valid_lanes, int64_t k) {
+// Scores of 6 queries against one panel, then insertion of those that beat a query's k-th best.
+// The vector test uses >= so an equal score with a lower id (possible when segments are visited
+// out of id order) reaches the exact scalar test.
+inline void micro_kernel(const float* const* rows, const float* panel, int64_t dim, TopK* const* tops,
+                         const int64_t* ids, int valid_lanes, int64_t k) {
   v8f a00 = {}, a01 = {}, a10 = {}, a11 = {}, a20 = {}, a21 = {};
   v8f a30 = {}, a31 = {}, a40 = {}, a41 = {}, a50 = {}, a51 = {};
   const float *q0 = rows[0], *q1 = rows[1], *q2 = rows[2], *q3 = rows[3], *q4 = rows[4], *q5 = rows[5];
@@ -89,12 +96,10 @@ inline void micro_kernel(const float* const* rows, const float* panel, int64_t d
     a40 += q4[p] * k0; a41 += q4[p] * k1;
     a50 += q5[p] * k0; a51 += q5[p] * k1;
   }
-  const v8i hit = (a00 > tops[0].threshold) | (a01 > tops[0].threshold) |
-                  (a10 > tops[1].threshold) | (a11 > tops[1].threshold) |
-                  (a20 > tops[2].threshold) | (a21 > tops[2].threshold) |
-                  (a30 > tops[3].threshold) | (a31 > tops[3].threshold) |
-                  (a40 > tops[4].threshold) | (a41 > tops[4].threshold) |
-                  (a50 > tops[5].threshold) | (a51 > tops[5].threshold);
+  const float t0 = tops[0]->threshold, t1 = tops[1]->threshold, t2 = tops[2]->threshold;
+  const float t3 = tops[3]->threshold, t4 = tops[4]->threshold, t5 = tops[5]->threshold;
+  const v8i hit = (a00 >= t0) | (a01 >= t0) | (a10 >= t1) | (a11 >= t1) | (a20 >= t2) | (a21 >= t2) |
+                  (a30 >= t3) | (a31 >= t3) | (a40 >= t4) | (a41 >= t4) | (a50 >= t5) | (a51 >= t5);
   if (!any_lane(hit)) return;
   alignas(32) float s[kRows][kLanes];
   const v8f acc[kRows][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}, {a40, a41}, {a50, a51}};
@@ -104,47 +109,69 @@ inline void micro_kernel(const float* const* rows, const float* panel, int64_t d
   }
   for (int r = 0; r < kRows; ++r)
     for (int j = 0; j < valid_lanes; ++j)
-      if (s[r][j] > tops[r].threshold) tops[r].insert(s[r][j], first_key + j, k);
+      if (tops[r]->beats(s[r][j], ids[j])) tops[r]->insert(s[r][j], ids[j], k);
 }
 
-struct Task {
-  int64_t head, graph, query_start, query_end;
+struct Problem {
+  const float* query;
+  const float* packed;  // [heads][panels][dim][16]
+  int64_t heads, dim, k, num_segments, head_floats;
+  const int64_t* key_ptr;
+  const int64_t* key_ids;  // id reported for each key row; nullptr = the row itself
+  const int64_t* panel_offset;
+  const int64_t* probe_ptr;
+  const int64_t* probe_query;
+  float* out_scores;
+  int64_t* out_index;
 };
 
-void search_block(const Task& task, const float* query, const float* packed_head, const int64_t* key_ptr,
-                  const int64_t* panel_offset, int64_t heads, int64_t dim, int64_t k, const float* zero_row,
-                  float* out_scores, int64_t* out_index) {
-  const int64_t start = key_ptr[task.graph], size = key_ptr[task.graph + 1] - start;
-  const int64_t panels = (size + kLanes - 1) / kLanes;
-  const float* packed = packed_head + panel_offset[task.graph] * dim * kLanes;
-  const int64_t nq = task.query_end - task.query_start;
-  const int64_t slots = (nq + kRows - 1) / kRows * kRows;
-  std::vector<float> values(slots * k);
-  std::vector<int64_t> indices(slots * k);
-  std::vector<TopK> tops(slots);
-  std::vector<const float*> rows(slots);
-  for (int64_t r = 0; r < slots; ++r) {
-    const bool real = r < nq;
-    tops[r] = TopK{values.data() + r * k, indices.data() + r * k, 0,
-                   real ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity()};
-    rows[r] = real ? query + ((task.query_start + r) * heads + task.head) * dim : zero_row;
-  }
+// All probes of queries [first, last) of one head: segment by segment, keys tile by tile.
+void search_range(const Problem& pb, int64_t head, int64_t first, int64_t last) {
+  const int64_t span = last - first, k = pb.k, dim = pb.dim;
+  std::vector<float> values(span * k);
+  std::vector<int64_t> indices(span * k);
+  std::vector<TopK> tops(span + 1);
+  constexpr float inf = std::numeric_limits<float>::infinity();
+  for (int64_t r = 0; r < span; ++r)
+    tops[r] = TopK{values.data() + r * k, indices.data() + r * k, 0, -inf, std::numeric_limits<int64_t>::max()};
+  tops[span] = TopK{nullptr, nullptr, 0, inf, -1};  // padding row: never inserts
+  std::vector<float> zero_row(dim, 0.0f);
+  std::vector<int64_t> lane_ids(kLanes);
   const int64_t tile_panels = std::max<int64_t>(1, kTileBytes / (dim * kLanes * 4));
-  for (int64_t t0 = 0; t0 < panels; t0 += tile_panels) {
-    const int64_t t1 = std::min(panels, t0 + tile_panels);
-    for (int64_t r = 0; r < slots; r += kRows) {
-      for (int64_t p = t0; p < t1; ++p) {
-        const int64_t first = p * kLanes;
-        const int valid = static_cast<int>(std::min<int64_t>(kLanes, size - first));
-        micro_kernel(&rows[r], packed + p * dim * kLanes, dim, &tops[r], start + first, valid, k);
+  const float* packed_head = pb.packed + head * pb.head_floats;
+  for (int64_t s = 0; s < pb.num_segments; ++s) {
+    const int64_t start = pb.key_ptr[s], size = pb.key_ptr[s + 1] - start;
+    const int64_t* probes_begin = pb.probe_query + pb.probe_ptr[s];
+    const int64_t* probes_end = pb.probe_query + pb.probe_ptr[s + 1];
+    const int64_t* lo = std::lower_bound(probes_begin, probes_end, first);
+    const int64_t* hi = std::lower_bound(lo, probes_end, last);
+    if (size == 0 || lo == hi) continue;
+    const int64_t panels = (size + kLanes - 1) / kLanes;
+    const float* packed = packed_head + pb.panel_offset[s] * dim * kLanes;
+    for (int64_t t0 = 0; t0 < panels; t0 += tile_panels) {
+      const int64_t t1 = std::min(panels, t0 + tile_panels);
+      for (const int64_t* q = lo; q < hi; q += kRows) {
+        const float* rows[kRows];
+        TopK* row_tops[kRows];
+        for (int r = 0; r < kRows; ++r) {
+          const bool real = q + r < hi;
+          rows[r] = real ? pb.query + (q[r] * pb.heads + head) * dim : zero_row.data();
+          row_tops[r] = real ? &tops[q[r] - first] : &tops[span];
+        }
+        for (int64_t p = t0; p < t1; ++p) {
+          const int64_t row0 = start + p * kLanes;
+          const int valid = static_cast<int>(std::min<int64_t>(kLanes, size - p * kLanes));
+          for (int j = 0; j < valid; ++j) lane_ids[j] = pb.key_ids ? pb.key_ids[row0 + j] : row0 + j;
+          micro_kernel(rows, packed + p * dim * kLanes, dim, row_tops, lane_ids.data(), valid, k);
+        }
       }
     }
   }
-  for (int64_t r = 0; r < nq; ++r) {
-    const int64_t out = ((task.query_start + r) * heads + task.head) * k;
+  for (int64_t r = 0; r < span; ++r) {
+    const int64_t out = ((first + r) * pb.heads + head) * k;
     for (int64_t j = 0; j < tops[r].count; ++j) {
-      out_scores[out + j] = tops[r].value[j];
-      out_index[out + j] = tops[r].index[j];
+      pb.out_scores[out + j] = tops[r].value[j];
+      pb.out_index[out + j] = tops[r].index[j];
     }
   }
 }
@@ -153,43 +180,56 @@ void search_block(const Task& task, const float* query, const float* packed_head
 
 extern "C" {
 
-// query: [n_query, heads, dim], key: [n_key, heads, dim], float32 contiguous. The queries of segment g,
-// rows query_ptr[g]:query_ptr[g+1], search the keys key_ptr[g]:key_ptr[g+1] (CSR offsets, num_segments + 1).
-// out_scores/out_index: [n_query, heads, k], pre-filled with -inf / -1 by the caller; indices are key rows.
+// query: [num_queries, heads, dim], key: [num_keys, heads, dim], float32 contiguous.
+// Segment s holds key rows key_ptr[s]:key_ptr[s+1] (CSR offsets, num_segments + 1). The queries that
+// probe it are probe_query[probe_ptr[s]:probe_ptr[s+1]], ascending. key_ids (nullable): the id reported
+// and tie-broken on for each key row. Queries are processed in blocks of query_block per thread task.
+// out_scores/out_index: [num_queries, heads, k], pre-filled with -inf / -1 by the caller.
 // Returns 0 on success, 1 when memory for the packed keys could not be allocated.
-int kmip_fused_topk(const float* query, const float* key, int64_t heads, int64_t dim, int64_t k,
-                    const int64_t* query_ptr, const int64_t* key_ptr, int64_t num_segments, float* out_scores,
-                    int64_t* out_index, int num_threads) {
+int kmip_topk_search(const float* query, const float* key, int64_t num_queries, int64_t heads, int64_t dim,
+                     int64_t k, int64_t num_segments, const int64_t* key_ptr, const int64_t* key_ids,
+                     const int64_t* probe_ptr, const int64_t* probe_query, int64_t query_block,
+                     float* out_scores, int64_t* out_index, int num_threads) {
   std::vector<int64_t> panel_offset(num_segments + 1, 0);
-  for (int64_t g = 0; g < num_segments; ++g)
-    panel_offset[g + 1] = panel_offset[g] + (key_ptr[g + 1] - key_ptr[g] + kLanes - 1) / kLanes;
+  for (int64_t s = 0; s < num_segments; ++s)
+    panel_offset[s + 1] = panel_offset[s] + (key_ptr[s + 1] - key_ptr[s] + kLanes - 1) / kLanes;
   const int64_t head_floats = panel_offset[num_segments] * dim * kLanes;
   const size_t bytes = ((sizeof(float) * head_floats * heads + 63) / 64 + 1) * 64;
   float* packed = static_cast<float*>(std::aligned_alloc(64, bytes));
   if (packed == nullptr) return 1;
-  std::vector<Task> tasks;
-  for (int64_t h = 0; h < heads; ++h)
-    for (int64_t g = 0; g < num_segments; ++g)
-      for (int64_t q = query_ptr[g]; q < query_ptr[g + 1]; q += kQueryBlock)
-        if (key_ptr[g + 1] > key_ptr[g]) tasks.push_back(Task{h, g, q, std::min(q + kQueryBlock, query_ptr[g + 1])});
-  std::vector<float> zero_row(dim, 0.0f);
+  const Problem pb{query,     packed,        heads,        dim,         k,          num_segments, head_floats,
+                   key_ptr,   key_ids,       panel_offset.data(), probe_ptr, probe_query, out_scores, out_index};
   const int64_t pack_jobs = heads * num_segments;
+  const int64_t blocks = (num_queries + query_block - 1) / query_block;
 #pragma omp parallel num_threads(num_threads)
   {
 #pragma omp for schedule(dynamic, 1)
     for (int64_t job = 0; job < pack_jobs; ++job) {
-      const int64_t h = job / num_segments, g = job % num_segments;
-      pack_keys(key, heads, dim, h, key_ptr[g], key_ptr[g + 1] - key_ptr[g],
-                packed + h * head_floats + panel_offset[g] * dim * kLanes);
+      const int64_t h = job / num_segments, s = job % num_segments;
+      pack_keys(key, heads, dim, h, key_ptr[s], key_ptr[s + 1] - key_ptr[s],
+                packed + h * head_floats + panel_offset[s] * dim * kLanes);
     }
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < static_cast<int64_t>(tasks.size()); ++t) {
-      search_block(tasks[t], query, packed + tasks[t].head * head_floats, key_ptr, panel_offset.data(), heads,
-                   dim, k, zero_row.data(), out_scores, out_index);
+    for (int64_t task = 0; task < heads * blocks; ++task) {
+      const int64_t h = task / blocks, first = (task % blocks) * query_block;
+      search_range(pb, h, first, std::min(num_queries, first + query_block));
     }
   }
   std::free(packed);
   return 0;
+}
+
+// Counting sort of the (query, list) probe pairs by list: probes [num_queries, nprobe] of list ids in
+// [0, num_segments). Writes probe_ptr [num_segments + 1] and probe_query [num_queries * nprobe], each
+// list's queries ascending (a comparison sort of the pairs costs far more than the search here).
+void kmip_group_probes(const int64_t* probes, int64_t num_queries, int64_t nprobe, int64_t num_segments,
+                       int64_t* probe_ptr, int64_t* probe_query) {
+  std::fill(probe_ptr, probe_ptr + num_segments + 1, 0);
+  for (int64_t i = 0; i < num_queries * nprobe; ++i) ++probe_ptr[probes[i] + 1];
+  for (int64_t s = 0; s < num_segments; ++s) probe_ptr[s + 1] += probe_ptr[s];
+  std::vector<int64_t> cursor(probe_ptr, probe_ptr + num_segments);
+  for (int64_t q = 0; q < num_queries; ++q)
+    for (int64_t j = 0; j < nprobe; ++j) probe_query[cursor[probes[q * nprobe + j]]++] = q;
 }
 
 }  // extern "C"
