@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import torch
 from torch import Tensor
@@ -13,7 +15,7 @@ def reference_topk(query: Tensor, key: Tensor, k: int, ptr: list[int]) -> tuple[
     num_nodes, heads, _ = q.shape
     scores = np.full((num_nodes, heads, k), -np.inf)
     index = np.full((num_nodes, heads, k), -1, dtype=np.int64)
-    for start, end in zip(ptr[:-1], ptr[1:]):
+    for start, end in itertools.pairwise(ptr):
         width = min(k, end - start)
         for h in range(heads):
             block = q[start:end, h] @ kk[start:end, h].T
@@ -30,7 +32,7 @@ def reference_attention(query: Tensor, key: Tensor, value: Tensor, k: int, ptr: 
     scale = query.shape[-1] ** -0.5 if scale is None else scale
     out = torch.zeros(query.shape[0], query.shape[1], value.shape[-1], dtype=value.dtype)
     rows = []
-    for start, end in zip(ptr[:-1], ptr[1:]):
+    for start, end in itertools.pairwise(ptr):
         if end == start:
             continue
         heads_out = []

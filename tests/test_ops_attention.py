@@ -11,7 +11,9 @@ def _inputs(sizes, heads=2, dim=5, dim_v=3, seed=0, dtype=torch.float64):
     gen = torch.Generator().manual_seed(seed)
     n = sum(sizes)
     ptr = torch.tensor([0, *np.cumsum(sizes).tolist()])
-    tensors = [torch.randn(n, heads, d, generator=gen, dtype=dtype, requires_grad=True) for d in (dim, dim, dim_v)]
+    tensors = [
+        torch.randn(n, heads, d, generator=gen, dtype=dtype, requires_grad=True) for d in (dim, dim, dim_v)
+    ]
     return (*tensors, ptr)
 
 

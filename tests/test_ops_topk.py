@@ -87,7 +87,9 @@ def test_other_graphs_are_untouched_by_one_graphs_keys():
 def test_batch_vector_equals_ptr():
     query, key, ptr = _ragged([4, 9, 2])
     batch = torch.repeat_interleave(torch.arange(3), ptr.diff())
-    assert torch.equal(topk_inner_product(query, key, 3, batch=batch)[1], topk_inner_product(query, key, 3, ptr=ptr)[1])
+    assert torch.equal(
+        topk_inner_product(query, key, 3, batch=batch)[1], topk_inner_product(query, key, 3, ptr=ptr)[1]
+    )
     assert torch.equal(graph_ptr(15, ptr=ptr, batch=batch), ptr)
 
 

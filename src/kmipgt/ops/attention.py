@@ -121,7 +121,9 @@ class _SelectedSoftmaxAttention(torch.autograd.Function):
         grad_logits = grad_logits.to(query.dtype)
         grad_query = _gathered_sum(grad_logits, key, safe) if ctx.needs_input_grad[0] else None
         grad_key = _scatter_rows(grad_logits, query, safe) if ctx.needs_input_grad[1] else None
-        grad_value = _scatter_rows(dropped.to(grad_out.dtype), grad_out, safe) if ctx.needs_input_grad[2] else None
+        grad_value = (
+            _scatter_rows(dropped.to(grad_out.dtype), grad_out, safe) if ctx.needs_input_grad[2] else None
+        )
         return grad_query, grad_key, grad_value, None, None, None
 
 

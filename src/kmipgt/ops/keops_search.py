@@ -7,6 +7,8 @@ tie at the k-th place may pick a different key than the torch backend.
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 from torch import Tensor
 
@@ -40,7 +42,7 @@ def topk_keops(query: Tensor, key: Tensor, k: int, ptr: Tensor) -> tuple[Tensor,
     scores_out = query.new_full((num_nodes, heads, k), float("-inf"))
     index_out = torch.full((num_nodes, heads, k), -1, dtype=torch.long, device=query.device)
     offsets = ptr.tolist()
-    for start, end in zip(offsets[:-1], offsets[1:]):
+    for start, end in itertools.pairwise(offsets):
         if end == start:
             continue
         width = min(k, end - start)

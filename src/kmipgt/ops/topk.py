@@ -116,7 +116,9 @@ def _tile_topk(scores: Tensor, k: int) -> tuple[Tensor, Tensor]:
 
 
 def _merge_topk(best: tuple[Tensor, Tensor], new: tuple[Tensor, Tensor], k: int) -> tuple[Tensor, Tensor]:
-    scores, index = sort_by_score_then_index(torch.cat([best[0], new[0]], -1), torch.cat([best[1], new[1]], -1))
+    scores, index = sort_by_score_then_index(
+        torch.cat([best[0], new[0]], -1), torch.cat([best[1], new[1]], -1)
+    )
     return scores[..., :k], index[..., :k]
 
 
