@@ -34,6 +34,8 @@ def plot_scaling(
         for name, points in sorted(lines.items()):
             # A zero (e.g. no RSS growth at tiny N) has no place on a log axis.
             points = sorted((p for p in points if p[field] > 0), key=lambda record: record["n"])
+            if not points:
+                continue
             axis.plot([p["n"] for p in points], [p[field] * factor for p in points], marker="o", label=name)
         axis.set(xscale="log", yscale="log", xlabel="N (nodes per graph)", ylabel=label)
         axis.grid(True, which="both", alpha=0.3)
