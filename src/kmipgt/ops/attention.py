@@ -138,6 +138,8 @@ def kmip_attention(
     scale: float | None = None,
     dropout_p: float = 0.0,
     backend: Backend = "auto",
+    nlist: int | None = None,
+    nprobe: int | None = None,
 ) -> Tensor:
     r"""k-MIP attention: each query attends to the k keys of its graph with largest inner product.
 
@@ -155,7 +157,9 @@ def kmip_attention(
         ptr: ``[G + 1]`` graph offsets, or batch: ``[N]`` sorted graph ids; neither means one graph.
         scale: logit scale :math:`s`, default ``1/sqrt(d)``.
         dropout_p: dropout probability on the attention weights (pass 0 in evaluation).
-        backend: key-search backend of :func:`kmipgt.ops.topk_inner_product`.
+        backend: key-search backend of :func:`kmipgt.ops.topk_inner_product` (approximate with
+            ``"ivf"``/``"faiss"``: the selection may miss some of the true top-k; gradients as for exact).
+        nlist, nprobe: inverted-file options of the approximate backends.
 
     Returns:
         ``[N, H, d_v]`` attention output.
@@ -169,7 +173,9 @@ def kmip_attention(
     # Slots beyond the largest graph would only ever hold padding.
     k = min(k, int((ptr[1:] - ptr[:-1]).max()))
     with torch.no_grad():
-        _, index = topk_inner_product(query.detach(), key.detach(), k, ptr=ptr, backend=backend)
+        _, index = topk_inner_product(
+            query.detach(), key.detach(), k, ptr=ptr, backend=backend, nlist=nlist, nprobe=nprobe
+        )
     scale = query.shape[-1] ** -0.5 if scale is None else float(scale)
     return _SelectedSoftmaxAttention.apply(query, key, value, index, scale, float(dropout_p))
 

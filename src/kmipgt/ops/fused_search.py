@@ -29,7 +29,14 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-__all__ = ["FUSED_DTYPES", "fused_cache_dir", "fused_library", "group_probes", "probe_topk_fused", "topk_fused"]
+__all__ = [
+    "FUSED_DTYPES",
+    "fused_cache_dir",
+    "fused_library",
+    "group_probes",
+    "probe_topk_fused",
+    "topk_fused",
+]
 
 _SOURCE = Path(__file__).with_name("csrc") / "fused_topk.cpp"
 _FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
@@ -79,7 +86,7 @@ def _build(compiler: str, target: Path) -> None:
 
 @functools.lru_cache(maxsize=1)
 def fused_library() -> ctypes.CDLL | None:
-    """The compiled fused-search library, building it on first use; ``None`` (with a warning) if impossible."""
+    """The compiled fused-search library, built on first use; ``None`` (with a warning) where impossible."""
     compiler = _compiler()
     if compiler is None:
         warnings.warn(
@@ -90,7 +97,9 @@ def fused_library() -> ctypes.CDLL | None:
         )
         return None
     digest = hashlib.sha256(
-        b"\0".join([_SOURCE.read_bytes(), " ".join(_FLAGS).encode(), compiler.encode(), _cpu_signature().encode()])
+        b"\0".join(
+            [_SOURCE.read_bytes(), " ".join(_FLAGS).encode(), compiler.encode(), _cpu_signature().encode()]
+        )
     ).hexdigest()[:16]
     target = fused_cache_dir() / f"fused_topk-{digest}.so"
     try:
@@ -99,14 +108,29 @@ def fused_library() -> ctypes.CDLL | None:
         library = ctypes.CDLL(str(target))
     except (OSError, RuntimeError) as error:
         warnings.warn(
-            f"kmipgt: could not build the fused CPU search ({error}); using the slower blockwise torch search",
+            f"kmipgt: could not build the fused CPU search ({error}); using the slower blockwise search",
             RuntimeWarning,
             stacklevel=3,
         )
         return None
     pointer, size = ctypes.c_void_p, ctypes.c_int64
-    library.kmip_topk_search.argtypes = [pointer, pointer, size, size, size, size, size, pointer, pointer, pointer,
-                                         pointer, size, pointer, pointer, ctypes.c_int]
+    library.kmip_topk_search.argtypes = [
+        pointer,
+        pointer,
+        size,
+        size,
+        size,
+        size,
+        size,
+        pointer,
+        pointer,
+        pointer,
+        pointer,
+        size,
+        pointer,
+        pointer,
+        ctypes.c_int,
+    ]
     library.kmip_topk_search.restype = ctypes.c_int
     library.kmip_group_probes.argtypes = [pointer, size, size, size, pointer, pointer]
     library.kmip_group_probes.restype = None
@@ -164,9 +188,21 @@ def probe_topk_fused(
     scores = torch.full((num_queries, heads, k), float("-inf"))
     index = torch.full((num_queries, heads, k), -1, dtype=torch.long)
     status = library.kmip_topk_search(
-        query32.data_ptr(), key32.data_ptr(), num_queries, heads, dim, k, key_ptr.numel() - 1, key_ptr.data_ptr(),
-        None if ids is None else ids.data_ptr(), probe_ptr.data_ptr(), probe_query.data_ptr(), query_block,
-        scores.data_ptr(), index.data_ptr(), torch.get_num_threads(),
+        query32.data_ptr(),
+        key32.data_ptr(),
+        num_queries,
+        heads,
+        dim,
+        k,
+        key_ptr.numel() - 1,
+        key_ptr.data_ptr(),
+        None if ids is None else ids.data_ptr(),
+        probe_ptr.data_ptr(),
+        probe_query.data_ptr(),
+        query_block,
+        scores.data_ptr(),
+        index.data_ptr(),
+        torch.get_num_threads(),
     )
     if status != 0:
         raise MemoryError(f"the fused search could not allocate its packed keys ({tuple(key.shape)} floats)")
@@ -174,7 +210,7 @@ def probe_topk_fused(
 
 
 def group_probes(probes: Tensor, num_segments: int) -> tuple[Tensor, Tensor]:
-    """CSR of probe pairs by segment: ``probes`` ``[M, P]`` segment ids -> ``probe_ptr`` ``[S + 1]``, ``probe_query``.
+    """CSR of probe pairs by segment: ``probes`` ``[M, P]`` (segment ids) -> ``probe_ptr``, ``probe_query``.
 
     ``probe_query`` ``[M·P]`` lists, segment by segment, the ascending query rows probing it (a counting
     sort in the kernel library; a stable ``argsort`` of the pairs costs more than the search itself).
@@ -185,8 +221,14 @@ def group_probes(probes: Tensor, num_segments: int) -> tuple[Tensor, Tensor]:
     probes = _long(probes)
     probe_ptr = torch.empty(num_segments + 1, dtype=torch.long)
     probe_query = torch.empty(probes.numel(), dtype=torch.long)
-    library.kmip_group_probes(probes.data_ptr(), probes.shape[0], probes.shape[1], num_segments,
-                              probe_ptr.data_ptr(), probe_query.data_ptr())
+    library.kmip_group_probes(
+        probes.data_ptr(),
+        probes.shape[0],
+        probes.shape[1],
+        num_segments,
+        probe_ptr.data_ptr(),
+        probe_query.data_ptr(),
+    )
     return probe_ptr, probe_query
 
 

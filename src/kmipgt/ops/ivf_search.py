@@ -6,8 +6,8 @@ Maximum inner product is turned into nearest-neighbour search by the standard tr
 :math:`\hat q = [q/\|q\|,\ 0]`. Then :math:`\|\hat q-\hat k\|^2 = 2 - 2\,q\cdot k/(\|q\|M)`, so the nearest
 lifted key is the key of largest inner product. k-means on the lifted keys gives ``nlist`` lists;
 each query probes the ``nprobe`` lists whose centroids are nearest to it and scores the keys in them
-exactly (the fused/Triton exact kernel on segments = lists). One index per (graph, head), built on
-every call: the keys change at every training step.
+exactly (on the CPU with the fused kernel, one segment per list; elsewhere a matmul per list). One index
+per (graph, head), built on every call: the keys change at every training step.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from kmipgt.ops.fused_search import FUSED_DTYPES, fused_library, group_probes, probe_topk_fused
-from kmipgt.ops.segment_search import exact_topk_rows, segment_topk, sort_by_score_then_index
+from kmipgt.ops.topk import _tile_topk, exact_search, sort_by_score_then_index
 
 __all__ = ["IVF_MIN_NODES", "default_nlist", "default_nprobe", "topk_ivf"]
 
@@ -32,7 +32,7 @@ _CHUNK_ELEMENTS = 1 << 26
 
 
 def default_nlist(num_nodes: int) -> int:
-    """Lists per index: about ``2·sqrt(N)``, balancing k-means cost (∝ nlist) against probe cost (∝ N/nlist)."""
+    """Lists per index: about ``2·sqrt(N)``, balancing k-means (cost ∝ nlist) against probing (∝ N/nlist)."""
     return max(1, round(2 * math.sqrt(num_nodes)))
 
 
@@ -94,7 +94,7 @@ def _probe_topk_torch(
 ) -> tuple[Tensor, Tensor]:
     """Any-device probe phase: per inverted list, ``matmul`` + top-k for its queries, then a merge per query.
 
-    ``query`` ``[n, d]``, ``sorted_keys`` ``[n, d]`` grouped by list, ``probes`` ``[n, nprobe]`` -> ``[n, k]``.
+    ``query``, ``sorted_keys`` (grouped by list) ``[n, d]``, ``probes`` ``[n, nprobe]``; -> ``[n, k]``.
     """
     n, nprobe = probes.shape
     starts, ends = key_ptr[:-1].tolist(), key_ptr[1:].tolist()
@@ -114,7 +114,7 @@ def _probe_topk_torch(
             if count == 0 or end == start:
                 continue
             scores = query[c0 + pairs // nprobe] @ sorted_keys[start:end].T
-            values, positions = exact_topk_rows(scores, min(k, end - start))
+            values, positions = _tile_topk(scores, min(k, end - start))
             cand_s[pairs, : values.shape[1]] = values
             cand_i[pairs, : values.shape[1]] = key_order[start + positions]
         # Missing candidates carry id n, so among equal (-inf) scores they sort after real keys.
@@ -125,7 +125,7 @@ def _probe_topk_torch(
 
 
 def _ivf_one(query: Tensor, key: Tensor, k: int, nlist: int, nprobe: int, seed: int) -> tuple[Tensor, Tensor]:
-    """IVF search of one (graph, head): ``query``/``key`` ``[n, d]`` -> ``[n, k]`` scores and local indices."""
+    """IVF search of one (graph, head): ``query``/``key`` ``[n, d]`` -> ``[n, k]`` scores, local indices."""
     n = key.shape[0]
     generator = torch.Generator().manual_seed(seed)
     work = query.float() if query.dtype in (torch.float16, torch.bfloat16) else query
@@ -139,8 +139,16 @@ def _ivf_one(query: Tensor, key: Tensor, k: int, nlist: int, nprobe: int, seed: 
     if query.device.type == "cpu" and query.dtype in FUSED_DTYPES and fused_library() is not None:
         probe_ptr, probe_query = group_probes(probes, nlist)
         block = max(96, -(-n // (4 * torch.get_num_threads())))
-        scores, index = probe_topk_fused(query[:, None], sorted_keys[:, None], k, key_ptr, probe_ptr,
-                                         probe_query, key_ids=key_order, query_block=block)
+        scores, index = probe_topk_fused(
+            query[:, None],
+            sorted_keys[:, None],
+            k,
+            key_ptr,
+            probe_ptr,
+            probe_query,
+            key_ids=key_order,
+            query_block=block,
+        )
         return scores[:, 0], index[:, 0]
     return _probe_topk_torch(query, sorted_keys, k, key_order, key_ptr, probes)
 
@@ -183,8 +191,10 @@ def topk_ivf(
     small = [g for g, size in enumerate(sizes) if 0 < size < IVF_MIN_NODES]
     if small:
         rows = torch.cat([torch.arange(int(ptr[g]), int(ptr[g + 1])) for g in small]).to(query.device)
-        small_ptr = torch.cat([torch.zeros(1, dtype=torch.long), torch.tensor([sizes[g] for g in small]).cumsum(0)])
-        scores, index = segment_topk(query[rows], key[rows], k, small_ptr)
+        small_ptr = torch.cat(
+            [torch.zeros(1, dtype=torch.long), torch.tensor([sizes[g] for g in small]).cumsum(0)]
+        )
+        scores, index = exact_search(query[rows], key[rows], k, small_ptr)
         found = index >= 0
         index[found] = rows[index[found]]
         scores_out[rows], index_out[rows] = scores, index
@@ -195,8 +205,9 @@ def topk_ivf(
         lists = min(size, nlist if nlist is not None else default_nlist(size))
         probes = min(lists, nprobe if nprobe is not None else default_nprobe(lists))
         for h in range(heads):
-            scores, index = _ivf_one(query[start : start + size, h], key[start : start + size, h], k, lists,
-                                     probes, seed)
+            scores, index = _ivf_one(
+                query[start : start + size, h], key[start : start + size, h], k, lists, probes, seed
+            )
             scores_out[start : start + size, h] = scores
             index_out[start : start + size, h] = torch.where(index >= 0, index + start, -1)
     return scores_out, index_out

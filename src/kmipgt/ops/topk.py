@@ -9,10 +9,12 @@ from torch import Tensor
 
 from kmipgt.ops.ragged import graph_blocks, graph_ptr, node_graph_bounds
 
-__all__ = ["SEARCH_BACKENDS", "topk_inner_product"]
+__all__ = ["APPROXIMATE_BACKENDS", "SEARCH_BACKENDS", "exact_search", "topk_inner_product"]
 
-Backend = Literal["auto", "torch", "dense", "keops"]
-SEARCH_BACKENDS: tuple[str, ...] = ("auto", "torch", "dense", "keops")
+Backend = Literal["auto", "torch", "dense", "keops", "fused", "triton", "ivf", "faiss"]
+SEARCH_BACKENDS: tuple[str, ...] = ("auto", "torch", "dense", "keops", "fused", "triton", "ivf", "faiss")
+# Backends that may miss some of the true top-k (their recall is reported by `kmipgt bench search`).
+APPROXIMATE_BACKENDS: tuple[str, ...] = ("ivf", "faiss")
 
 # Small graphs are searched together (masked) so a batch of many molecules is a few matmuls.
 MIN_BLOCK_NODES = 512
@@ -53,11 +55,14 @@ def topk_inner_product(
     ptr: Tensor | None = None,
     batch: Tensor | None = None,
     backend: Backend = "auto",
+    nlist: int | None = None,
+    nprobe: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     r"""The k keys of largest inner product with each query, within the query's own graph.
 
     For query :math:`i` of graph :math:`g`, returns :math:`T_k(i) = \operatorname{argtop-}k_{j \in g}\,
-    q_i \cdot k_j`, exactly, ordered by decreasing score with ties broken by lower key index.
+    q_i \cdot k_j`, exactly (approximately for ``"ivf"``/``"faiss"``), ordered by decreasing score with
+    ties broken by lower key index.
 
     Args:
         query: ``[N, H, d]`` queries, node-major (PyG layout), H heads.
@@ -65,27 +70,87 @@ def topk_inner_product(
         k: number of keys per query (``>= 1``).
         ptr: ``[G + 1]`` CSR offsets of the graphs (``Batch.ptr``).
         batch: ``[N]`` sorted graph id per node (``Batch.batch``). Neither: one graph.
-        backend: ``"torch"`` (blockwise matmul + top-k, memory ``O(N·H·k)`` plus a bounded tile),
-            ``"dense"`` (one score matrix per block of graphs; for tests and small inputs),
-            ``"keops"`` (pykeops ``argKmin``; needs the ``keops`` extra), ``"auto"`` (= ``"torch"``).
+        backend: exact: ``"auto"`` (the fastest exact search for the device: ``"fused"`` on CPU,
+            ``"triton"`` on CUDA when installed, else ``"torch"``), ``"fused"`` (C++ kernel that never
+            writes scores to memory, CPU; float64 is not supported), ``"triton"`` (the same on CUDA;
+            needs ``triton``), ``"torch"`` (blockwise matmul + top-k, memory ``O(N·H·k)`` plus a bounded
+            tile), ``"dense"`` (one score matrix per block of graphs; for tests and small inputs),
+            ``"keops"`` (pykeops ``argKmin``; needs the ``keops`` extra). Approximate: ``"ivf"``
+            (inverted-file index in torch, :func:`kmipgt.ops.ivf_search.topk_ivf`), ``"faiss"``
+            (faiss ``IndexIVFFlat`` on the same transform; needs the ``faiss`` extra).
+        nlist: inverted lists per (graph, head) for ``"ivf"``/``"faiss"`` (default ``~2·sqrt(N_g)``).
+        nprobe: lists probed per query for ``"ivf"``/``"faiss"`` (default ``nlist/16``, at least 8).
 
     Returns:
         ``(scores, index)``: ``[N, H, k]`` scores in the query dtype and ``[N, H, k]`` int64 global key
-        indices. Where a graph has fewer than k nodes the trailing slots hold index ``-1`` and
-        score ``-inf``.
+        indices. Where a graph has fewer than k nodes (or an approximate search found fewer than k
+        keys) the trailing slots hold index ``-1`` and score ``-inf``.
     """
     check_query_key(query, key, k)
     ptr = graph_ptr(query.shape[0], ptr=ptr, batch=batch)
-    if backend in ("auto", "torch"):
-        device = query.device.type if query.device.type in _TILE_ELEMENTS else "cuda"
-        return _topk_blockwise(query, key, k, ptr, _TILE_ELEMENTS[device], _KEY_TILE[device])
+    if backend not in SEARCH_BACKENDS:
+        raise ValueError(f"`backend` must be one of {SEARCH_BACKENDS}, got {backend!r}")
+    if backend not in APPROXIMATE_BACKENDS and (nlist is not None or nprobe is not None):
+        raise ValueError(f"`nlist`/`nprobe` only apply to backends {APPROXIMATE_BACKENDS}, got {backend!r}")
+    if backend == "auto":
+        return exact_search(query, key, k, ptr)
+    if backend == "torch":
+        return _topk_torch(query, key, k, ptr)
     if backend == "dense":
         return _topk_blockwise(query, key, k, ptr, tile_elements=None, key_tile=None)
     if backend == "keops":
         from kmipgt.ops.keops_search import topk_keops
 
         return topk_keops(query, key, k, ptr)
-    raise ValueError(f"`backend` must be one of {SEARCH_BACKENDS}, got {backend!r}")
+    if backend == "fused":
+        return _topk_fused_or_torch(query, key, k, ptr)
+    if backend == "triton":
+        from kmipgt.ops.triton_search import topk_triton
+
+        return topk_triton(query, key, k, ptr)
+    if backend == "ivf":
+        from kmipgt.ops.ivf_search import topk_ivf
+
+        return topk_ivf(query, key, k, ptr, nlist=nlist, nprobe=nprobe)
+    from kmipgt.ops.faiss_search import topk_faiss
+
+    return topk_faiss(query, key, k, ptr, nlist=nlist, nprobe=nprobe)
+
+
+def exact_search(query: Tensor, key: Tensor, k: int, ptr: Tensor) -> tuple[Tensor, Tensor]:
+    """The fastest exact search for the device and dtype (``backend="auto"``); inputs already validated."""
+    from kmipgt.ops.fused_search import FUSED_DTYPES, fused_library
+
+    if query.device.type == "cpu" and query.dtype in FUSED_DTYPES and fused_library() is not None:
+        from kmipgt.ops.fused_search import topk_fused
+
+        return topk_fused(query, key, k, ptr)
+    if query.device.type == "cuda":
+        from kmipgt.ops.triton_search import TRITON_DTYPES, triton_available
+
+        if query.dtype in TRITON_DTYPES and triton_available():
+            from kmipgt.ops.triton_search import topk_triton
+
+            return topk_triton(query, key, k, ptr)
+    return _topk_torch(query, key, k, ptr)
+
+
+def _topk_torch(query: Tensor, key: Tensor, k: int, ptr: Tensor) -> tuple[Tensor, Tensor]:
+    device = query.device.type if query.device.type in _TILE_ELEMENTS else "cuda"
+    return _topk_blockwise(query, key, k, ptr, _TILE_ELEMENTS[device], _KEY_TILE[device])
+
+
+def _topk_fused_or_torch(query: Tensor, key: Tensor, k: int, ptr: Tensor) -> tuple[Tensor, Tensor]:
+    from kmipgt.ops.fused_search import FUSED_DTYPES, fused_library, topk_fused
+
+    if query.device.type != "cpu":
+        raise ValueError(f"backend='fused' is the CPU kernel, got tensors on {query.device}; use 'triton'")
+    if query.dtype not in FUSED_DTYPES:
+        raise TypeError(f"backend='fused' takes {FUSED_DTYPES}, got {query.dtype}; use backend='torch'")
+    # fused_library() has warned when the kernel cannot be built on this machine.
+    if fused_library() is None:
+        return _topk_torch(query, key, k, ptr)
+    return topk_fused(query, key, k, ptr)
 
 
 def sort_by_score_then_index(scores: Tensor, index: Tensor) -> tuple[Tensor, Tensor]:
