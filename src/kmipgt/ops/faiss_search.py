@@ -13,7 +13,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from kmipgt.ops.ivf_search import IVF_MIN_NODES, _check_option, _lift, default_nlist, default_nprobe
+from kmipgt.ops import ivf_search
+from kmipgt.ops.ivf_search import _check_option, _lift, default_nlist, default_nprobe
 from kmipgt.ops.topk import exact_search, sort_by_score_then_index
 
 __all__ = ["topk_faiss"]
@@ -71,7 +72,7 @@ def topk_faiss(
         start = int(ptr[g])
         if size == 0:
             continue
-        if size < IVF_MIN_NODES:
+        if size < ivf_search.IVF_MIN_NODES:
             _, local = exact_search(
                 query[start : start + size], key[start : start + size], k, torch.tensor([0, size])
             )
