@@ -32,8 +32,8 @@ def plot_scaling(
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
     for axis, (field, label, factor) in zip(axes[0], panels):
         for name, points in sorted(lines.items()):
-            # A zero (e.g. no RSS growth at tiny N) has no place on a log axis.
-            points = sorted((p for p in points if p[field] > 0), key=lambda record: record["n"])
+            # A zero (e.g. no RSS growth at tiny N) has no place on a log axis; a series may lack a field.
+            points = sorted((p for p in points if p.get(field, 0) > 0), key=lambda record: record["n"])
             if not points:
                 continue
             axis.plot([p["n"] for p in points], [p[field] * factor for p in points], marker="o", label=name)
