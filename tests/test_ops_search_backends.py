@@ -39,10 +39,12 @@ def _assert_selects_reference_scores(query, key, ptr, k, scores, index):
     ref_scores, ref_index = reference_topk(query, key, k, ptr.tolist())
     assert np.array_equal(index.numpy() < 0, ref_index < 0)
     heads = np.arange(query.shape[1])[None, :, None]
-    chosen = np.einsum("nhkd,nhd->nhk", key.double().numpy()[np.maximum(index.numpy(), 0), heads],
-                       query.double().numpy())
-    np.testing.assert_allclose(np.where(ref_index < 0, 0, chosen), np.where(ref_index < 0, 0, ref_scores),
-                               rtol=1e-5, atol=1e-5)
+    chosen = np.einsum(
+        "nhkd,nhd->nhk", key.double().numpy()[np.maximum(index.numpy(), 0), heads], query.double().numpy()
+    )
+    np.testing.assert_allclose(
+        np.where(ref_index < 0, 0, chosen), np.where(ref_index < 0, 0, ref_scores), rtol=1e-5, atol=1e-5
+    )
     np.testing.assert_allclose(scores.numpy(), ref_scores, rtol=1e-5, atol=1e-5)
 
 
@@ -230,8 +232,17 @@ print("TRITON-OK")
 def test_triton_kernel_logic_in_the_interpreter():
     pytest.importorskip("triton")
     root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "TRITON_INTERPRET": "1",
-           "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root / "tests")])}
-    done = subprocess.run([sys.executable, "-c", _TRITON_SCRIPT], capture_output=True, text=True, env=env,
-                          timeout=300, check=False)
+    env = {
+        **os.environ,
+        "TRITON_INTERPRET": "1",
+        "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root / "tests")]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _TRITON_SCRIPT],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     assert "TRITON-OK" in done.stdout, done.stderr[-3000:]
