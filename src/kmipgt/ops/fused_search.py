@@ -162,6 +162,7 @@ def probe_topk_fused(
     *,
     key_ids: Tensor | None = None,
     query_block: int = _QUERY_BLOCK,
+    start: tuple[Tensor, Tensor] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Exact top-k of each query over the keys of the segments it probes, with the fused CPU kernel.
 
@@ -174,6 +175,8 @@ def probe_topk_fused(
         probe_query: ``[P]`` for each segment, the ascending query rows that search it.
         key_ids: ``[N]`` int64 id reported (and tie-broken on) for each key row; default the row.
         query_block: queries per thread task (larger blocks amortise many small segments).
+        start: ``(scores, index)`` float32/int64 ``[M, H, k]`` top-k lists to continue (the result of an
+            earlier call); default empty.
 
     Returns:
         ``(scores, index)``: ``[M, H, k]`` descending scores (query dtype) and int64 key ids, ties broken by
@@ -185,8 +188,11 @@ def probe_topk_fused(
     ids = None if key_ids is None else _long(key_ids)
     query32 = query.detach().to(torch.float32).contiguous()
     key32 = key.detach().to(torch.float32).contiguous()
-    scores = torch.full((num_queries, heads, k), float("-inf"))
-    index = torch.full((num_queries, heads, k), -1, dtype=torch.long)
+    if start is None:
+        scores = torch.full((num_queries, heads, k), float("-inf"))
+        index = torch.full((num_queries, heads, k), -1, dtype=torch.long)
+    else:
+        scores, index = start[0].float().contiguous().clone(), start[1].long().contiguous().clone()
     status = library.kmip_topk_search(
         query32.data_ptr(),
         key32.data_ptr(),

@@ -141,19 +141,27 @@ def _ivf_one(query: Tensor, key: Tensor, k: int, nlist: int, nprobe: int, seed: 
     probes = _nearest_centroids(lifted_query, centroids, nprobe)
     sorted_keys = key[key_order]
     if query.device.type == "cpu" and query.dtype in FUSED_DTYPES and fused_library() is not None:
-        probe_ptr, probe_query = group_probes(probes, nlist)
         block = max(96, -(-n // (4 * torch.get_num_threads())))
-        scores, index = probe_topk_fused(
-            query[:, None],
-            sorted_keys[:, None],
-            k,
-            key_ptr,
-            probe_ptr,
-            probe_query,
-            key_ids=key_order,
-            query_block=block,
-        )
-        return scores[:, 0], index[:, 0]
+        found = None
+        # Nearest list first: it sets a high k-th best score early, so the other lists insert little.
+        for part in (probes[:, :1], probes[:, 1:]):
+            if part.shape[1] == 0:
+                continue
+            probe_ptr, probe_query = group_probes(part, nlist)
+            # float32 throughout: the first call's scores are the second call's thresholds.
+            found = probe_topk_fused(
+                query.float()[:, None],
+                sorted_keys.float()[:, None],
+                k,
+                key_ptr,
+                probe_ptr,
+                probe_query,
+                key_ids=key_order,
+                query_block=block,
+                start=found,
+            )
+        scores, index = found
+        return scores[:, 0].to(query.dtype), index[:, 0]
     return _probe_topk_torch(query, sorted_keys, k, key_order, key_ptr, probes)
 
 

@@ -31,13 +31,14 @@ constexpr int kRows = 6;      // queries per micro-kernel
 constexpr int kLanes = 16;    // keys per panel (two 8-float vectors)
 constexpr int64_t kTileBytes = 192 * 1024;  // key tile kept in L2
 
-inline bool any_lane(v8i mask) {
+// Bit j set where lane j of the mask is set.
+inline unsigned lane_bits(v8i mask) {
 #ifdef __AVX__
-  return _mm256_movemask_ps(reinterpret_cast<__m256>(mask)) != 0;
+  return static_cast<unsigned>(_mm256_movemask_ps(reinterpret_cast<__m256>(mask)));
 #else
-  int acc = 0;
-  for (int j = 0; j < 8; ++j) acc |= mask[j];
-  return acc != 0;
+  unsigned bits = 0;
+  for (int j = 0; j < 8; ++j) bits |= (mask[j] != 0 ? 1u : 0u) << j;
+  return bits;
 #endif
 }
 
@@ -80,7 +81,8 @@ void pack_keys(const float* key, int64_t heads, int64_t dim, int64_t head, int64
 
 // Scores of 6 queries against one panel, then insertion of those that beat a query's k-th best.
 // The vector test uses >= so an equal score with a lower id (possible when segments are visited
-// out of id order) reaches the exact scalar test.
+// out of id order) reaches the exact scalar test. A row's threshold only rises while its own hits are
+// inserted, so testing all 16 lanes against the threshold before the insertions is safe.
 inline void micro_kernel(const float* const* rows, const float* panel, int64_t dim, TopK* const* tops,
                          const int64_t* ids, int valid_lanes, int64_t k) {
   v8f a00 = {}, a01 = {}, a10 = {}, a11 = {}, a20 = {}, a21 = {};
@@ -96,20 +98,28 @@ inline void micro_kernel(const float* const* rows, const float* panel, int64_t d
     a40 += q4[p] * k0; a41 += q4[p] * k1;
     a50 += q5[p] * k0; a51 += q5[p] * k1;
   }
+  // One bit per (row, key) whose score reaches the row's threshold; the lanes past the segment's end
+  // are masked off. Only those scores are looked at again, so the cost of the rare insertions is
+  // proportional to their number.
   const float t0 = tops[0]->threshold, t1 = tops[1]->threshold, t2 = tops[2]->threshold;
   const float t3 = tops[3]->threshold, t4 = tops[4]->threshold, t5 = tops[5]->threshold;
-  const v8i hit = (a00 >= t0) | (a01 >= t0) | (a10 >= t1) | (a11 >= t1) | (a20 >= t2) | (a21 >= t2) |
-                  (a30 >= t3) | (a31 >= t3) | (a40 >= t4) | (a41 >= t4) | (a50 >= t5) | (a51 >= t5);
-  if (!any_lane(hit)) return;
-  alignas(32) float s[kRows][kLanes];
+  const v8i m00 = a00 >= t0, m01 = a01 >= t0, m10 = a10 >= t1, m11 = a11 >= t1, m20 = a20 >= t2;
+  const v8i m21 = a21 >= t2, m30 = a30 >= t3, m31 = a31 >= t3, m40 = a40 >= t4, m41 = a41 >= t4;
+  const v8i m50 = a50 >= t5, m51 = a51 >= t5;
+  // The common case: no score of the block reaches its row's threshold.
+  if (lane_bits(m00 | m01 | m10 | m11 | m20 | m21 | m30 | m31 | m40 | m41 | m50 | m51) == 0) return;
+  const unsigned valid = valid_lanes == kLanes ? 0xFFFFu : (1u << valid_lanes) - 1u;
   const v8f acc[kRows][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}, {a40, a41}, {a50, a51}};
+  const v8i hit[kRows][2] = {{m00, m01}, {m10, m11}, {m20, m21}, {m30, m31}, {m40, m41}, {m50, m51}};
   for (int r = 0; r < kRows; ++r) {
-    *reinterpret_cast<v8f*>(&s[r][0]) = acc[r][0];
-    *reinterpret_cast<v8f*>(&s[r][8]) = acc[r][1];
+    unsigned bits = (lane_bits(hit[r][0]) | (lane_bits(hit[r][1]) << 8)) & valid;
+    while (bits != 0) {
+      const int j = __builtin_ctz(bits);
+      bits &= bits - 1;
+      const float score = acc[r][j >> 3][j & 7];
+      if (tops[r]->beats(score, ids[j])) tops[r]->insert(score, ids[j], k);
+    }
   }
-  for (int r = 0; r < kRows; ++r)
-    for (int j = 0; j < valid_lanes; ++j)
-      if (tops[r]->beats(s[r][j], ids[j])) tops[r]->insert(s[r][j], ids[j], k);
 }
 
 struct Problem {
@@ -132,8 +142,21 @@ void search_range(const Problem& pb, int64_t head, int64_t first, int64_t last) 
   std::vector<int64_t> indices(span * k);
   std::vector<TopK> tops(span + 1);
   constexpr float inf = std::numeric_limits<float>::infinity();
-  for (int64_t r = 0; r < span; ++r)
-    tops[r] = TopK{values.data() + r * k, indices.data() + r * k, 0, -inf, std::numeric_limits<int64_t>::max()};
+  // Start from the caller's lists (-inf / -1 where empty), so a search can continue an earlier one.
+  for (int64_t r = 0; r < span; ++r) {
+    const int64_t in = ((first + r) * pb.heads + head) * k;
+    TopK& top = tops[r];
+    top = TopK{values.data() + r * k, indices.data() + r * k, 0, -inf, std::numeric_limits<int64_t>::max()};
+    while (top.count < k && pb.out_index[in + top.count] >= 0) {
+      top.value[top.count] = pb.out_scores[in + top.count];
+      top.index[top.count] = pb.out_index[in + top.count];
+      ++top.count;
+    }
+    if (top.count == k) {
+      top.threshold = top.value[k - 1];
+      top.threshold_id = top.index[k - 1];
+    }
+  }
   tops[span] = TopK{nullptr, nullptr, 0, inf, -1};  // padding row: never inserts
   std::vector<float> zero_row(dim, 0.0f);
   std::vector<int64_t> lane_ids(kLanes);
@@ -184,7 +207,8 @@ extern "C" {
 // Segment s holds key rows key_ptr[s]:key_ptr[s+1] (CSR offsets, num_segments + 1). The queries that
 // probe it are probe_query[probe_ptr[s]:probe_ptr[s+1]], ascending. key_ids (nullable): the id reported
 // and tie-broken on for each key row. Queries are processed in blocks of query_block per thread task.
-// out_scores/out_index: [num_queries, heads, k], pre-filled with -inf / -1 by the caller.
+// out_scores/out_index: [num_queries, heads, k], in: each query's current top-k, sorted by (score desc,
+// id asc), -inf / -1 where empty (a fresh search passes them all empty); out: the updated top-k.
 // Returns 0 on success, 1 when memory for the packed keys could not be allocated.
 int kmip_topk_search(const float* query, const float* key, int64_t num_queries, int64_t heads, int64_t dim,
                      int64_t k, int64_t num_segments, const int64_t* key_ptr, const int64_t* key_ids,
