@@ -65,10 +65,10 @@ def test_cli_bench_search_on_tokens_writes_json_png_and_table(tmp_path, capsys):
     path = tmp_path / "tokens.pt"
     torch.save({"query": torch.randn(200, 3, 4), "key": torch.randn(200, 3, 4)}, path)
     out = tmp_path / "out"
-    argv = ["bench", "search", "--n", "128", "--backends", "fused", "--tokens", str(path), "--repeats", "1"]
-    assert main([*argv, "--warmup", "0", "--out", str(out)]) == 0
+    argv = ["bench", "search", "--n", "128", "--backends", "fused", "--tokens", str(path), "--no-gemm"]
+    assert main([*argv, "--repeats", "1", "--warmup", "0", "--out", str(out)]) == 0
     points = json.loads((out / "search.json").read_text())["points"]
-    assert [(p["backend"], p["status"]) for p in points] == [("fused", "ok"), ("gemm", "ok")]
+    assert [(p["backend"], p["status"]) for p in points] == [("fused", "ok")]
     assert points[0]["heads"] == 3 and points[0]["recall"] == 1.0
     assert (out / "search.png").stat().st_size > 0
-    assert "GFLOP/s" in capsys.readouterr().out
+    assert "recall 1.000" in capsys.readouterr().out

@@ -229,6 +229,7 @@ print("TRITON-OK")
 """
 
 
+@pytest.mark.slow
 def test_triton_kernel_logic_in_the_interpreter():
     pytest.importorskip("triton")
     root = Path(__file__).resolve().parents[1]
