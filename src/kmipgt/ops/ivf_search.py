@@ -102,7 +102,9 @@ def _probe_topk_torch(
     """
     n, nprobe = probes.shape
     starts, ends = key_ptr[:-1].tolist(), key_ptr[1:].tolist()
-    chunk = max(1, _CHUNK_ELEMENTS // (nprobe * (query.shape[1] + 2 * k)))
+    # Each chunk costs one Python iteration per list: on a GPU, fewer and larger chunks.
+    elements = _CHUNK_ELEMENTS * (4 if query.device.type == "cuda" else 1)
+    chunk = max(1, elements // (nprobe * (query.shape[1] + 2 * k)))
     scores_out, index_out = [], []
     for c0 in range(0, n, chunk):
         chunk_probes = probes[c0 : c0 + chunk]
