@@ -31,12 +31,19 @@ def plot_scaling(
             lines[series(record)].append(record)
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
     for axis, (field, label, factor) in zip(axes[0], panels):
-        for name, points in sorted(lines.items()):
+        # One colour per series in every panel, also where a series lacks this panel's field.
+        for colour, (name, points) in enumerate(sorted(lines.items())):
             # A zero (e.g. no RSS growth at tiny N) has no place on a log axis; a series may lack a field.
             points = sorted((p for p in points if p.get(field, 0) > 0), key=lambda record: record["n"])
             if not points:
                 continue
-            axis.plot([p["n"] for p in points], [p[field] * factor for p in points], marker="o", label=name)
+            axis.plot(
+                [p["n"] for p in points],
+                [p[field] * factor for p in points],
+                marker="o",
+                label=name,
+                color=f"C{colour % 10}",
+            )
         axis.set(xscale="log", yscale="log", xlabel="N (nodes per graph)", ylabel=label)
         axis.grid(True, which="both", alpha=0.3)
     if lines:
