@@ -1,0 +1,19 @@
+"""Datasets that need no network: road networks with City-Networks labels, local benchmark copies, PEs."""
+
+from kmipgt.data.city_labels import eccentricity_labels, partition_labels, road_adjacency
+from kmipgt.data.minnesota import MINNESOTA_FEATURES, minnesota
+from kmipgt.data.road_graph import haversine_metres, road_network_data, symmetric_edges
+from kmipgt.data.splits import index_to_mask, random_split_masks
+
+__all__ = [
+    "MINNESOTA_FEATURES",
+    "eccentricity_labels",
+    "haversine_metres",
+    "index_to_mask",
+    "minnesota",
+    "partition_labels",
+    "random_split_masks",
+    "road_adjacency",
+    "road_network_data",
+    "symmetric_edges",
+]
