@@ -1,15 +1,18 @@
 """Datasets that need no network: road networks with City-Networks labels, local benchmark copies, PEs."""
 
 from kmipgt.data.city_labels import eccentricity_labels, partition_labels, road_adjacency
+from kmipgt.data.city_networks import CityNetworks, load_city_network
 from kmipgt.data.minnesota import MINNESOTA_FEATURES, minnesota
 from kmipgt.data.road_graph import haversine_metres, road_network_data, symmetric_edges
 from kmipgt.data.splits import index_to_mask, random_split_masks
 
 __all__ = [
     "MINNESOTA_FEATURES",
+    "CityNetworks",
     "eccentricity_labels",
     "haversine_metres",
     "index_to_mask",
+    "load_city_network",
     "minnesota",
     "partition_labels",
     "random_split_masks",
