@@ -2,6 +2,7 @@
 
 from kmipgt.data.city_labels import eccentricity_labels, partition_labels, road_adjacency
 from kmipgt.data.city_networks import CityNetworks, load_city_network
+from kmipgt.data.lrgb import lrgb_dataset
 from kmipgt.data.minnesota import MINNESOTA_FEATURES, minnesota
 from kmipgt.data.road_graph import haversine_metres, road_network_data, symmetric_edges
 from kmipgt.data.splits import index_to_mask, random_split_masks
@@ -13,6 +14,7 @@ __all__ = [
     "haversine_metres",
     "index_to_mask",
     "load_city_network",
+    "lrgb_dataset",
     "minnesota",
     "partition_labels",
     "random_split_masks",
