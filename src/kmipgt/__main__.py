@@ -1,0 +1,3 @@
+from kmipgt.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,81 @@
+"""The ``kmipgt`` command line: parse, call the library, print."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def _csv(kind):
+    return lambda text: [kind(item) for item in text.split(",") if item]
+
+
+def _bench_attention(args: argparse.Namespace) -> int:
+    from kmipgt.bench.attention import (
+        AttentionBenchConfig,
+        geometric_grid,
+        markdown_table,
+        run_attention_benchmark,
+    )
+
+    config = AttentionBenchConfig(
+        n_values=args.n or geometric_grid(args.n_min, args.n_max),
+        methods=args.methods,
+        backends=args.backends,
+        passes=args.passes,
+        graphs=args.graphs,
+        heads=args.heads,
+        dim=args.dim,
+        dim_v=args.dim_v,
+        k=args.k,
+        repeats=args.repeats,
+        warmup=args.warmup,
+        device=args.device,
+        dtype=args.dtype,
+        time_budget=args.time_budget,
+        memory_budget_gb=args.memory_budget_gb,
+        seed=args.seed,
+    )
+    result = run_attention_benchmark(config, args.out)
+    print(markdown_table(result))
+    print(f"wrote {args.out / 'attention.json'} and {args.out / 'attention.png'}")
+    return 0
+
+
+def _add_bench_attention(bench: argparse._SubParsersAction) -> None:
+    parser = bench.add_parser("attention", help="time and memory of k-MIP vs full attention as N grows")
+    parser.add_argument("--n-min", type=int, default=1024, help="smallest N (nodes per graph)")
+    parser.add_argument("--n-max", type=int, default=262_144, help="largest N (grid doubles from --n-min)")
+    parser.add_argument("--n", type=_csv(int), default=None, help="explicit comma-separated N values")
+    parser.add_argument("--methods", type=_csv(str), default=["kmip", "full", "full-naive"])
+    parser.add_argument("--backends", type=_csv(str), default=["torch"], help="k-MIP search backends")
+    parser.add_argument("--passes", type=_csv(str), default=["forward", "forward+backward"])
+    parser.add_argument("--graphs", type=int, default=1, help="B graphs of N nodes each")
+    parser.add_argument("--heads", type=int, default=1)
+    parser.add_argument("--dim", type=int, default=32, help="query/key head dimension d")
+    parser.add_argument("--dim-v", type=int, default=32, help="value head dimension")
+    parser.add_argument("-k", "--k", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16", "float64"])
+    parser.add_argument("--time-budget", type=float, default=120.0, help="seconds per point, all runs")
+    parser.add_argument("--memory-budget-gb", type=float, default=16.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=Path("bench-out"))
+    parser.set_defaults(handler=_bench_attention)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kmipgt", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    bench = commands.add_parser("bench", help="benchmarks (JSON + PNG)").add_subparsers(
+        dest="benchmark", required=True
+    )
+    _add_bench_attention(bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.handler(args)
