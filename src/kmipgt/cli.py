@@ -66,6 +66,58 @@ def _add_bench_attention(bench: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=_bench_attention)
 
 
+def _data_info(args: argparse.Namespace) -> int:
+    from kmipgt.data.catalog import graph_summary, load_dataset
+
+    data = load_dataset(args.name, root=args.root, num_nodes=args.num_nodes, seed=args.seed)
+    for key, value in graph_summary(data).items():
+        print(f"{key}: {value}")
+    return 0
+
+
+def _data_synthetic(args: argparse.Namespace) -> int:
+    import time
+
+    import torch
+
+    from kmipgt.data.catalog import graph_summary
+    from kmipgt.data.synthetic_city import synthetic_city
+
+    start = time.perf_counter()
+    data = synthetic_city(args.num_nodes, args.seed, arterial_fraction=args.arterial_fraction,
+                          labels=not args.no_labels, hops=args.hops, num_workers=args.workers)
+    elapsed = time.perf_counter() - start
+    for key, value in graph_summary(data).items():
+        print(f"{key}: {value}")
+    print(f"seconds (generation{'' if args.no_labels else ' + labels'}): {elapsed:.1f}")
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(data, args.out)
+        print(f"wrote {args.out}")
+    return 0
+
+
+def _add_data(commands: argparse._SubParsersAction) -> None:
+    data = commands.add_parser("data", help="offline datasets").add_subparsers(dest="data_command",
+                                                                               required=True)
+    info = data.add_parser("info", help="load a dataset and print its statistics")
+    info.add_argument("name", help="minnesota | synthetic | digits | paris | shanghai | la | london")
+    info.add_argument("--root", type=Path, default=None, help="directory of a local City-Networks copy")
+    info.add_argument("--num-nodes", type=int, default=None, help="size of a synthetic city")
+    info.add_argument("--seed", type=int, default=0)
+    info.set_defaults(handler=_data_info)
+    synthetic = data.add_parser("synthetic", help="generate (and label) a synthetic city")
+    synthetic.add_argument("--num-nodes", type=int, required=True)
+    synthetic.add_argument("--seed", type=int, default=0)
+    synthetic.add_argument("--arterial-fraction", type=float, default=1e-3,
+                           help="hubs per node of the arterial network (smaller -> larger hop diameter)")
+    synthetic.add_argument("--hops", type=int, default=16, help="ball radius of the labels")
+    synthetic.add_argument("--no-labels", action="store_true", help="skip the (slow) eccentricity labels")
+    synthetic.add_argument("--workers", type=int, default=None, help="label worker processes (default: all)")
+    synthetic.add_argument("--out", type=Path, default=None, help="torch.save the Data to this .pt file")
+    synthetic.set_defaults(handler=_data_synthetic)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kmipgt", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -73,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="benchmark", required=True
     )
     _add_bench_attention(bench)
+    _add_data(commands)
     return parser
 
 
