@@ -1,0 +1,278 @@
+"""GRF-masked attention in O(N): the symmetric two-SpMM form and the asymmetric edge-list form.
+
+With a sparse GRF matrix ``Φ̂`` (``[N, N]``, O(1) nonzeros per row) the mask is ``M̂ = Φ̂Φ̂ᵀ`` and
+
+    out_i = Σ_j M̂_ij K_ij v_j / Σ_j M̂_ij K_ij,        K_ij = φ(q_i)ᵀφ(k_j).
+
+Symmetric form (Reid et al., ICLR 2025, Eq. 7): with ``X_j = φ(k_j) [v_j, 1]ᵀ`` (``m × (d_v + 1)``),
+``Σ_j M̂_ij X_j = [Φ̂ (Φ̂ᵀ X)]_i`` is two sparse-dense products, and ``out_i`` is ``φ(q_i)ᵀ`` times it,
+numerator columns over the last column. The asymmetric form (App. D, Alg. 2) uses ``Φ̂`` itself as a
+weighted edge list, ``M̂_ij = Φ̂_ij``, and works with softmax scores too.
+
+Ragged batches: node-major inputs with PyG ``ptr``/``batch``; ``Φ̂`` of a batch is block-diagonal, and
+the optional global term ``c · 11ᵀ`` is added per graph (``c · φ(q_i)ᵀ Σ_{j in graph(i)} X_j``).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from kmipgt.grf.feature_maps import FEATURE_MAPS, apply_feature_map
+from kmipgt.grf.sparse import sparse_dense_matmul
+
+__all__ = ["asymmetric_masked_attention", "linear_attention", "masked_linear_attention"]
+
+SCORES = ("softmax", *FEATURE_MAPS)
+
+
+def _check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(t, Tensor) or not t.dtype.is_floating_point:
+            raise TypeError(f"`{name}` must be a floating-point torch.Tensor")
+        if t.dim() != 3:
+            raise ValueError(f"`{name}` must have shape [N, H, d], got {tuple(t.shape)}")
+    if query.shape != key.shape:
+        raise ValueError(
+            f"`query` and `key` must have the same shape, got {tuple(query.shape)} and {tuple(key.shape)}"
+        )
+    if value.shape[:2] != query.shape[:2]:
+        raise ValueError(
+            f"`value` must have shape [N, H, d_v] = [{query.shape[0]}, {query.shape[1]}, *], "
+            f"got {tuple(value.shape)}"
+        )
+
+
+def _check_features(features: Tensor, num_nodes: int, heads: int) -> Tensor:
+    if not isinstance(features, Tensor) or features.layout != torch.sparse_coo:
+        raise TypeError("`features` must be a sparse COO tensor from grf_features")
+    shape = tuple(features.shape)
+    if shape not in ((num_nodes, num_nodes), (heads, num_nodes, num_nodes)):
+        raise ValueError(
+            f"`features` must have shape [{num_nodes}, {num_nodes}] or "
+            f"[{heads}, {num_nodes}, {num_nodes}], got {shape}"
+        )
+    return features if features.is_coalesced() else features.coalesce()
+
+
+def _graph_index(num_nodes: int, ptr: Tensor | None, batch: Tensor | None, device: torch.device) -> Tensor:
+    """``[N]`` graph id per node from ``ptr`` ``[G + 1]`` or sorted ``batch`` ``[N]`` (neither: one graph)."""
+    if ptr is not None:
+        ptr = ptr.to(device).long()
+        if ptr.dim() != 1 or ptr.numel() < 2 or int(ptr[0]) != 0 or int(ptr[-1]) != num_nodes:
+            raise ValueError(f"`ptr` must be [G + 1] offsets from 0 to N={num_nodes}")
+        counts = ptr.diff()
+        if bool((counts < 0).any()):
+            raise ValueError("`ptr` must be non-decreasing")
+        return torch.repeat_interleave(torch.arange(counts.numel(), device=device), counts)
+    if batch is not None:
+        batch = batch.to(device).long()
+        if batch.shape != (num_nodes,):
+            raise ValueError(f"`batch` must have shape [{num_nodes}], got {tuple(batch.shape)}")
+        if num_nodes and (int(batch.min()) < 0 or bool((batch[1:] < batch[:-1]).any())):
+            raise ValueError("`batch` must be sorted non-negative graph ids, as PyG's Batch.batch")
+        return batch
+    return torch.zeros(num_nodes, dtype=torch.long, device=device)
+
+
+def _per_graph_sum(x: Tensor, graph: Tensor) -> Tensor:
+    """Sum of ``x`` ``[N, ...]`` over each graph, gathered back to ``[N, ...]``."""
+    num_graphs = int(graph[-1]) + 1 if graph.numel() else 0
+    if num_graphs <= 1:
+        return x.sum(0, keepdim=True).expand_as(x)
+    sums = x.new_zeros((num_graphs, *x.shape[1:])).index_add(0, graph, x)
+    return sums[graph]
+
+
+def _key_value_outer(phi_k: Tensor, value: Tensor) -> Tensor:
+    """``[N, H, m, d_v + 1]``: ``φ(k_j) [v_j, 1]ᵀ``; the last column accumulates the normaliser."""
+    return phi_k[..., :, None] * F.pad(value, (0, 1), value=1.0)[..., None, :]
+
+
+def _mask_product(features: Tensor, x: Tensor) -> Tensor:
+    """``Σ_j M̂_ij x_j`` with ``M̂ = Φ̂Φ̂ᵀ`` per head, for ``x`` ``[N, H, ...]``."""
+    n, heads = x.shape[:2]
+    if features.dim() == 2:
+        flat = x.reshape(n, -1)
+        indices, values = features.indices(), features.values()
+        inner = sparse_dense_matmul(indices, values, flat, transpose=True)
+        return sparse_dense_matmul(indices, values, inner).reshape(x.shape)
+    # One block-diagonal [H·N, H·N] matrix: all heads in two products, each with its own values.
+    head, row, col = features.indices()
+    indices = torch.stack([head * n + row, head * n + col])
+    values = features.values()
+    flat = x.transpose(0, 1).reshape(heads * n, -1)
+    inner = sparse_dense_matmul(indices, values, flat, transpose=True)
+    mixed = sparse_dense_matmul(indices, values, inner)
+    return mixed.reshape(heads, n, *x.shape[2:]).transpose(0, 1)
+
+
+def _normalise(phi_q: Tensor, mixed: Tensor, eps: float) -> Tensor:
+    out = torch.einsum("nhm,nhme->nhe", phi_q, mixed)
+    return out[..., :-1] / (out[..., -1:] + eps)
+
+
+def masked_linear_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    features: Tensor,
+    *,
+    feature_map: str = "relu",
+    projection: Tensor | None = None,
+    global_weight: float = 0.0,
+    ptr: Tensor | None = None,
+    batch: Tensor | None = None,
+    eps: float = 1e-6,
+) -> Tensor:
+    """GRF-masked linear attention, symmetric form, in O(nnz(Φ̂) · m · d_v).
+
+    ``out_i = φ(q_i)ᵀ [Φ̂(Φ̂ᵀU) + c·ΣU]_i / (φ(q_i)ᵀ [Φ̂(Φ̂ᵀZ) + c·ΣZ]_i + eps)`` with
+    ``U_j = φ(k_j) v_jᵀ``, ``Z_j = φ(k_j)`` and ``Σ`` a sum over the nodes of i's graph.
+
+    Args:
+        query, key: ``[N, H, d]``.
+        value: ``[N, H, d_v]``.
+        features: ``Φ̂`` from :func:`kmipgt.grf.grf_features`: sparse ``[N, N]`` shared by all heads or
+            ``[H, N, N]`` one per head. Must be block-diagonal over the graphs of a batch.
+        feature_map: ``"relu"``, ``"elu"`` (elu + 1) or ``"favor+"``.
+        projection: FAVOR+ random features ``[m, d]`` or ``[H, m, d]``; required for ``"favor+"``.
+        global_weight: c ≥ 0, weight of the constant GRF coordinate (``M̂ + c·11ᵀ`` within each graph).
+        ptr: ``[G + 1]`` graph offsets, or ``batch``: ``[N]`` sorted graph ids; neither = one graph.
+        eps: added to the normaliser so that rows with zero mass give 0, not NaN.
+
+    Returns:
+        ``[N, H, d_v]``.
+    """
+    _check_qkv(query, key, value)
+    features = _check_features(features, query.shape[0], query.shape[1])
+    if global_weight < 0:
+        raise ValueError(f"`global_weight` must be non-negative, got {global_weight}")
+    phi_q = apply_feature_map(query, feature_map, projection=projection, is_query=True)
+    phi_k = apply_feature_map(key, feature_map, projection=projection, is_query=False)
+    outer = _key_value_outer(phi_k, value)
+    mixed = _mask_product(features, outer)
+    if global_weight > 0:
+        graph = _graph_index(query.shape[0], ptr, batch, query.device)
+        mixed = mixed + global_weight * _per_graph_sum(outer, graph)
+    return _normalise(phi_q, mixed, eps)
+
+
+def linear_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    feature_map: str = "relu",
+    projection: Tensor | None = None,
+    ptr: Tensor | None = None,
+    batch: Tensor | None = None,
+    eps: float = 1e-6,
+) -> Tensor:
+    """Unmasked linear attention within each graph: ``φ(q_i)ᵀ Σ_j φ(k_j)v_jᵀ / φ(q_i)ᵀ Σ_j φ(k_j)``.
+
+    Shapes as :func:`masked_linear_attention`; the baseline GRF masking is compared against.
+    """
+    _check_qkv(query, key, value)
+    phi_q = apply_feature_map(query, feature_map, projection=projection, is_query=True)
+    phi_k = apply_feature_map(key, feature_map, projection=projection, is_query=False)
+    value1 = F.pad(value, (0, 1), value=1.0)
+    graph = _graph_index(query.shape[0], ptr, batch, query.device)
+    if graph.numel() == 0 or int(graph[-1]) == 0:
+        summary = torch.einsum("nhm,nhe->hme", phi_k, value1)
+        out = torch.einsum("nhm,hme->nhe", phi_q, summary)
+    else:
+        sums = _per_graph_sum(_key_value_outer(phi_k, value), graph)
+        out = torch.einsum("nhm,nhme->nhe", phi_q, sums)
+    return out[..., :-1] / (out[..., -1:] + eps)
+
+
+def _head_edges(features: Tensor, heads: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(head, row, col, weight)`` per nonzero of ``Φ̂``, broadcasting a shared ``[N, N]`` to every head."""
+    if features.dim() == 3:
+        head, row, col = features.indices()
+        return head, row, col, features.values()
+    row, col = features.indices()
+    nnz = row.numel()
+    head = torch.arange(heads, device=row.device).repeat_interleave(nnz)
+    return head, row.repeat(heads), col.repeat(heads), features.values().repeat(heads)
+
+
+def asymmetric_masked_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    features: Tensor,
+    *,
+    score: str = "softmax",
+    projection: Tensor | None = None,
+    scale: float | None = None,
+    global_weight: float = 0.0,
+    ptr: Tensor | None = None,
+    batch: Tensor | None = None,
+    eps: float = 1e-6,
+) -> Tensor:
+    """GRF-masked attention, asymmetric edge-list form: ``M̂_ij = Φ̂_ij`` (keys take ``f = δ_0``).
+
+    ``out_i = Σ_j Φ̂_ij A_ij v_j / Σ_j Φ̂_ij A_ij`` over the nonzeros of row i, with
+    ``A_ij = exp(q_iᵀk_j · scale)`` (``score="softmax"``, scale defaults to ``1/√d``) or
+    ``φ(q_i)ᵀφ(k_j)`` for a feature map. Cost O(nnz(Φ̂) · (d + d_v)) by gather/scatter.
+
+    Args:
+        query, key: ``[N, H, d]``; value: ``[N, H, d_v]``.
+        features: sparse ``[N, N]`` or ``[H, N, N]`` with non-negative values (the walk edge list).
+        score: ``"softmax"``, ``"relu"``, ``"elu"`` or ``"favor+"``.
+        projection: FAVOR+ random features, required for ``"favor+"``.
+        scale: softmax temperature; only for ``score="softmax"``.
+        global_weight: c ≥ 0 adds ``c · A_ij`` for every j of i's graph; feature-map scores only (with
+            softmax it would be full attention).
+        ptr, batch: graph layout, as in :func:`masked_linear_attention`.
+        eps: added to the normaliser of feature-map scores.
+
+    Returns:
+        ``[N, H, d_v]``; a row without positive weight gives 0.
+    """
+    _check_qkv(query, key, value)
+    n, heads, dim = query.shape
+    features = _check_features(features, n, heads)
+    if score not in SCORES:
+        raise ValueError(f"`score` must be one of {SCORES}, got {score!r}")
+    if global_weight < 0:
+        raise ValueError(f"`global_weight` must be non-negative, got {global_weight}")
+    if score == "softmax" and global_weight > 0:
+        raise ValueError("`global_weight > 0` needs a feature-map `score`; with softmax it is full attention")
+    head, row, col, weight = _head_edges(features, heads)
+    if bool((weight < 0).any()):
+        raise ValueError("`features` must be non-negative (keep f >= 0, e.g. with softplus)")
+    segment = row * heads + head
+    value_j = value[col, head]
+    if score == "softmax":
+        logits = (query[row, head] * key[col, head]).sum(-1) * (dim**-0.5 if scale is None else scale)
+        logits = torch.where(
+            weight > 0,
+            logits + torch.log(weight.clamp_min(torch.finfo(weight.dtype).tiny)),
+            torch.full_like(logits, float("-inf")),
+        )
+        row_max = logits.new_full((n * heads,), float("-inf")).scatter_reduce(
+            0, segment, logits.detach(), reduce="amax"
+        )
+        row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+        scores = torch.exp(logits - row_max[segment])
+        denominator = scores.new_zeros(n * heads).index_add(0, segment, scores)
+        numerator = value.new_zeros(n * heads, value.shape[-1]).index_add(
+            0, segment, scores[:, None] * value_j
+        )
+        out = numerator / denominator.clamp_min(torch.finfo(denominator.dtype).tiny)[:, None]
+        return out.reshape(n, heads, -1)
+    phi_q = apply_feature_map(query, score, projection=projection, is_query=True)
+    phi_k = apply_feature_map(key, score, projection=projection, is_query=False)
+    scores = (phi_q[row, head] * phi_k[col, head]).sum(-1) * weight
+    value1 = F.pad(value_j, (0, 1), value=1.0)
+    mixed = value.new_zeros(n * heads, value.shape[-1] + 1).index_add(0, segment, scores[:, None] * value1)
+    mixed = mixed.reshape(n, heads, -1)
+    if global_weight > 0:
+        graph = _graph_index(n, ptr, batch, query.device)
+        summary = _per_graph_sum(_key_value_outer(phi_k, value), graph)
+        mixed = mixed + global_weight * torch.einsum("nhm,nhme->nhe", phi_q, summary)
+    return mixed[..., :-1] / (mixed[..., -1:] + eps)

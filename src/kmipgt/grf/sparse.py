@@ -1,0 +1,87 @@
+"""Sparse (values differentiable) times dense products, O(nnz) in time and memory both ways.
+
+``torch.sparse.mm`` is not usable here: its backward with respect to the sparse values forms the dense
+``[N, N]`` product ``grad @ denseᵀ`` (17 GB at N = 65k in our measurement). The gradient of the values
+is a sampled dense-dense product (SDDMM) on the sparsity pattern, which
+``torch.sparse.sampled_addmm`` computes in O(nnz · F). On CPU the forward product goes through
+SciPy's CSR/CSC kernels, about 3x faster than torch's CPU CSR matmul on walk-feature patterns.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import scipy.sparse
+import torch
+from torch import Tensor
+
+__all__ = ["sparse_dense_matmul"]
+
+
+def _crow(row: Tensor, num_rows: int) -> Tensor:
+    counts = torch.bincount(row, minlength=num_rows)
+    return torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+
+
+def _product(
+    row: Tensor,
+    crow: Tensor,
+    col: Tensor,
+    values: Tensor,
+    dense: Tensor,
+    shape: tuple[int, int],
+    transpose: bool,
+) -> Tensor:
+    """``A @ dense`` or ``Aᵀ @ dense`` for ``A`` given by row-major sorted ``(row, col, values)``."""
+    if dense.device.type == "cpu" and dense.dtype in (torch.float32, torch.float64):
+        matrix = scipy.sparse.csr_matrix((values.numpy(), col.numpy(), crow.numpy()), shape=shape)
+        if transpose:
+            matrix = matrix.T
+        return torch.from_numpy(matrix @ dense.numpy())
+    indices = torch.stack([col, row]) if transpose else torch.stack([row, col])
+    return torch.sparse.mm(torch.sparse_coo_tensor(indices, values, shape, check_invariants=False), dense)
+
+
+class _SparseDenseMatmul(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, row, crow, col, values, dense, shape, transpose):
+        ctx.save_for_backward(row, crow, col, values, dense)
+        ctx.shape, ctx.transpose = shape, transpose
+        return _product(row, crow, col, values.detach(), dense.detach().contiguous(), shape, transpose)
+
+    @staticmethod
+    def backward(ctx, grad):
+        row, crow, col, values, dense = ctx.saved_tensors
+        grad = grad.contiguous()
+        grad_values = grad_dense = None
+        if ctx.needs_input_grad[3]:
+            with warnings.catch_warnings():
+                # SDDMM needs the CSR layout, which torch flags as beta on every construction.
+                warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+                pattern = torch.sparse_csr_tensor(
+                    crow, col, torch.zeros_like(values), ctx.shape, check_invariants=False
+                )
+            left, right = (dense, grad) if ctx.transpose else (grad, dense)
+            grad_values = torch.sparse.sampled_addmm(pattern, left, right.T, beta=0.0).values()
+        if ctx.needs_input_grad[4]:
+            grad_dense = _product(row, crow, col, values.detach(), grad, ctx.shape, not ctx.transpose)
+        return None, None, None, grad_values, grad_dense, None, None
+
+
+def sparse_dense_matmul(indices: Tensor, values: Tensor, dense: Tensor, *, transpose: bool = False) -> Tensor:
+    """``A @ dense`` (or ``Aᵀ @ dense``) for square sparse ``A``, with gradients to values and dense.
+
+    Args:
+        indices: ``[2, nnz]`` int64 ``(row, col)`` sorted row-major without duplicates (coalesced order).
+        values: ``[nnz]`` floating values of ``A`` (may require grad).
+        dense: ``[N, F]``.
+        transpose: multiply by ``Aᵀ`` instead.
+
+    Returns:
+        ``[N, F]``.
+    """
+    num_rows = dense.shape[0]
+    row, col = indices
+    crow = _crow(row, num_rows)
+    values = values.to(dense.dtype)
+    return _SparseDenseMatmul.apply(row, crow, col, values, dense, (num_rows, num_rows), transpose)
