@@ -30,8 +30,10 @@ def orthogonal_random_features(
     blocks = []
     for _ in range(math.ceil(num_features / dim)):
         gaussian = torch.randn(dim, dim, generator=generator, device=device, dtype=dtype)
-        q, _ = torch.linalg.qr(gaussian)
-        blocks.append(q.T)
+        q, r = torch.linalg.qr(gaussian)
+        # Householder QR leaves the signs of diag(R) arbitrary; fixing them makes Q Haar-distributed,
+        # without which the directions are biased and FAVOR+ is no longer unbiased.
+        blocks.append((q * torch.sign(torch.diagonal(r))).T)
     directions = torch.cat(blocks)[:num_features]
     norms = torch.randn(num_features, dim, generator=generator, device=device, dtype=dtype).norm(dim=1)
     return directions * norms[:, None]
