@@ -101,7 +101,7 @@ def _check_within_graphs(edge_index: Tensor, num_nodes: int, ptr: Tensor) -> Non
         raise ValueError(f"`ptr` must be [G + 1] offsets from 0 to num_nodes={num_nodes}")
     if bool((ptr[1:] < ptr[:-1]).any()):
         raise ValueError("`ptr` must be non-decreasing")
-    graph = torch.bucketize(edge_index, ptr[1:], right=True)
+    graph = torch.bucketize(edge_index.contiguous(), ptr[1:], right=True)
     if bool((graph[0] != graph[1]).any()):
         raise ValueError(
             "`edge_index` connects nodes of different graphs in `ptr`; walks must stay in a graph"
