@@ -76,41 +76,48 @@ def _graph_index(num_nodes: int, ptr: Tensor | None, batch: Tensor | None, devic
     return torch.zeros(num_nodes, dtype=torch.long, device=device)
 
 
-def _per_graph_sum(x: Tensor, graph: Tensor) -> Tensor:
-    """Sum of ``x`` ``[N, ...]`` over each graph, gathered back to ``[N, ...]``."""
-    num_graphs = int(graph[-1]) + 1 if graph.numel() else 0
-    if num_graphs <= 1:
-        return x.sum(0, keepdim=True).expand_as(x)
-    sums = x.new_zeros((num_graphs, *x.shape[1:])).index_add(0, graph, x)
-    return sums[graph]
+def _head_major(x: Tensor) -> Tensor:
+    """``[N, H, ...]`` -> contiguous ``[H, N, ...]``: each head's rows form one block of the products."""
+    return x.transpose(0, 1).contiguous()
 
 
-def _key_value_outer(phi_k: Tensor, value: Tensor) -> Tensor:
-    """``[N, H, m, d_v + 1]``: ``φ(k_j) [v_j, 1]ᵀ``; the last column accumulates the normaliser."""
-    return phi_k[..., :, None] * F.pad(value, (0, 1), value=1.0)[..., None, :]
+def _global_term(phi_q: Tensor, phi_k: Tensor, value1: Tensor, graph: Tensor, outer: Tensor | None) -> Tensor:
+    """``[H, N, e]``: ``φ(q_i)ᵀ Σ_{j in graph(i)} φ(k_j) v1_jᵀ`` (head-major inputs ``[H, N, *]``)."""
+    num_graphs = int(graph[-1]) + 1 if graph.numel() else 1
+    if num_graphs == 1:
+        summary = torch.bmm(phi_k.transpose(1, 2), value1)
+        return torch.bmm(phi_q, summary)
+    if outer is None:
+        outer = _key_value_outer(phi_k, value1)
+    heads, n, m, e = outer.shape
+    sums = outer.new_zeros(heads, num_graphs, m, e).index_add(1, graph, outer)
+    gathered = sums[:, graph].reshape(heads * n, m, e)
+    return torch.bmm(phi_q.reshape(heads * n, 1, m), gathered).view(heads, n, e)
 
 
-def _mask_product(features: Tensor, x: Tensor) -> Tensor:
-    """``Σ_j M̂_ij x_j`` with ``M̂ = Φ̂Φ̂ᵀ`` per head, for ``x`` ``[N, H, ...]``."""
-    n, heads = x.shape[:2]
-    if features.dim() == 2:
-        flat = x.reshape(n, -1)
-        indices, values = features.indices(), features.values()
-        inner = sparse_dense_matmul(indices, values, flat, transpose=True)
-        return sparse_dense_matmul(indices, values, inner).reshape(x.shape)
-    # One block-diagonal [H·N, H·N] matrix: all heads in two products, each with its own values.
-    head, row, col = features.indices()
-    indices = torch.stack([head * n + row, head * n + col])
-    values = features.values()
-    flat = x.transpose(0, 1).reshape(heads * n, -1)
-    inner = sparse_dense_matmul(indices, values, flat, transpose=True)
-    mixed = sparse_dense_matmul(indices, values, inner)
-    return mixed.reshape(heads, n, *x.shape[2:]).transpose(0, 1)
+def _key_value_outer(phi_k: Tensor, value1: Tensor) -> Tensor:
+    """``[H, N, m, e]``: ``φ(k_j) [v_j, 1]ᵀ``; the last column accumulates the normaliser."""
+    return phi_k[..., :, None] * value1[..., None, :]
 
 
-def _normalise(phi_q: Tensor, mixed: Tensor, eps: float) -> Tensor:
-    out = torch.einsum("nhm,nhme->nhe", phi_q, mixed)
-    return out[..., :-1] / (out[..., -1:] + eps)
+def _block_diagonal(features: Tensor, heads: int, n: int) -> tuple[Tensor, Tensor]:
+    """``Φ̂`` of every head as one block-diagonal ``[H·N, H·N]`` matrix: ``(indices [2, nnz], values)``.
+
+    All heads then go through two sparse products; rows stay sorted, as the products need.
+    """
+    if features.dim() == 3:
+        head, row, col = features.indices()
+        return torch.stack([head * n + row, head * n + col]), features.values()
+    row, col = features.indices()
+    offset = torch.arange(heads, device=row.device).repeat_interleave(row.numel()) * n
+    return torch.stack([row.repeat(heads) + offset, col.repeat(heads) + offset]), features.values().repeat(
+        heads
+    )
+
+
+def _normalise(out: Tensor, eps: float) -> Tensor:
+    """Head-major ``[H, N, d_v + 1]`` numerators and normaliser -> ``[N, H, d_v]``."""
+    return (out[..., :-1] / (out[..., -1:] + eps)).transpose(0, 1)
 
 
 def masked_linear_attention(
@@ -149,14 +156,21 @@ def masked_linear_attention(
     features = _check_features(features, query.shape[0], query.shape[1])
     if global_weight < 0:
         raise ValueError(f"`global_weight` must be non-negative, got {global_weight}")
-    phi_q = apply_feature_map(query, feature_map, projection=projection, is_query=True)
-    phi_k = apply_feature_map(key, feature_map, projection=projection, is_query=False)
-    outer = _key_value_outer(phi_k, value)
-    mixed = _mask_product(features, outer)
+    n, heads = query.shape[:2]
+    phi_q = _head_major(apply_feature_map(query, feature_map, projection=projection, is_query=True))
+    phi_k = _head_major(apply_feature_map(key, feature_map, projection=projection, is_query=False))
+    value1 = _head_major(F.pad(value, (0, 1), value=1.0))
+    outer = _key_value_outer(phi_k, value1)
+    m, e = outer.shape[2:]
+    indices, values = _block_diagonal(features, heads, n)
+    flat = outer.view(heads * n, m * e)
+    inner = sparse_dense_matmul(indices, values, flat, transpose=True)
+    mixed = sparse_dense_matmul(indices, values, inner).view(heads * n, m, e)
+    out = torch.bmm(phi_q.reshape(heads * n, 1, m), mixed).view(heads, n, e)
     if global_weight > 0:
-        graph = _graph_index(query.shape[0], ptr, batch, query.device)
-        mixed = mixed + global_weight * _per_graph_sum(outer, graph)
-    return _normalise(phi_q, mixed, eps)
+        graph = _graph_index(n, ptr, batch, query.device)
+        out = out + global_weight * _global_term(phi_q, phi_k, value1, graph, outer)
+    return _normalise(out, eps)
 
 
 def linear_attention(
@@ -175,17 +189,11 @@ def linear_attention(
     Shapes as :func:`masked_linear_attention`; the baseline GRF masking is compared against.
     """
     _check_qkv(query, key, value)
-    phi_q = apply_feature_map(query, feature_map, projection=projection, is_query=True)
-    phi_k = apply_feature_map(key, feature_map, projection=projection, is_query=False)
-    value1 = F.pad(value, (0, 1), value=1.0)
+    phi_q = _head_major(apply_feature_map(query, feature_map, projection=projection, is_query=True))
+    phi_k = _head_major(apply_feature_map(key, feature_map, projection=projection, is_query=False))
+    value1 = _head_major(F.pad(value, (0, 1), value=1.0))
     graph = _graph_index(query.shape[0], ptr, batch, query.device)
-    if graph.numel() == 0 or int(graph[-1]) == 0:
-        summary = torch.einsum("nhm,nhe->hme", phi_k, value1)
-        out = torch.einsum("nhm,hme->nhe", phi_q, summary)
-    else:
-        sums = _per_graph_sum(_key_value_outer(phi_k, value), graph)
-        out = torch.einsum("nhm,nhme->nhe", phi_q, sums)
-    return out[..., :-1] / (out[..., -1:] + eps)
+    return _normalise(_global_term(phi_q, phi_k, value1, graph, None), eps)
 
 
 def _head_edges(features: Tensor, heads: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -270,9 +278,11 @@ def asymmetric_masked_attention(
     scores = (phi_q[row, head] * phi_k[col, head]).sum(-1) * weight
     value1 = F.pad(value_j, (0, 1), value=1.0)
     mixed = value.new_zeros(n * heads, value.shape[-1] + 1).index_add(0, segment, scores[:, None] * value1)
-    mixed = mixed.reshape(n, heads, -1)
+    mixed = mixed.reshape(n, heads, -1).transpose(0, 1)
     if global_weight > 0:
         graph = _graph_index(n, ptr, batch, query.device)
-        summary = _per_graph_sum(_key_value_outer(phi_k, value), graph)
-        mixed = mixed + global_weight * torch.einsum("nhm,nhme->nhe", phi_q, summary)
-    return mixed[..., :-1] / (mixed[..., -1:] + eps)
+        value1 = _head_major(F.pad(value, (0, 1), value=1.0))
+        mixed = mixed + global_weight * _global_term(
+            _head_major(phi_q), _head_major(phi_k), value1, graph, None
+        )
+    return _normalise(mixed, eps)
