@@ -43,6 +43,24 @@ def test_forward_equals_dense_masked_attention():
     torch.testing.assert_close(out, module.out(attended.reshape(11, 8)), rtol=1e-4, atol=1e-5)
 
 
+def test_asymmetric_softmax_form_equals_dense_attention_masked_by_features():
+    torch.manual_seed(1)
+    module = GRFAttention(
+        8, heads=2, num_walks=3, max_len=4, feature_map="softmax", form="asymmetric", seed=0
+    )
+    edge_index, batch = _two_graphs()
+    x = torch.randn(11, 8)
+    out = module(x, batch=batch, edge_index=edge_index)
+    walks = module.walks(edge_index, 11)
+    mask = torch.stack(
+        [sum(module.f[h, t] * walks.step_matrix(t).to_dense() for t in range(5)) for h in range(2)]
+    )
+    q, k, v = (lin(x).view(11, 2, 4) for lin in (module.q, module.k, module.v))
+    kernel = torch.exp(torch.einsum("ihd,jhd->hij", q, k) / 2.0) * mask
+    attended = torch.einsum("hij,jhe->ihe", kernel, v) / kernel.sum(-1).T[..., None]
+    torch.testing.assert_close(out, module.out(attended.reshape(11, 8)), rtol=1e-4, atol=1e-5)
+
+
 def test_walks_are_cached_for_a_fixed_graph_and_resampled_for_a_new_one():
     module = GRFAttention(8, heads=2, seed=0)
     edge_index, batch = _two_graphs()
@@ -94,3 +112,5 @@ def test_bad_input_is_rejected():
         GRFAttention(9, heads=2)
     with pytest.raises(ValueError, match="feature_map"):
         GRFAttention(8, feature_map="softmax")
+    with pytest.raises(ValueError, match="global_weight"):
+        GRFAttention(8, feature_map="softmax", form="asymmetric", global_weight=0.1)

@@ -9,6 +9,7 @@ from torch import Tensor
 from kmipgt.grf import (
     FEATURE_MAPS,
     GRFWalks,
+    asymmetric_masked_attention,
     grf_features,
     masked_linear_attention,
     orthogonal_random_features,
@@ -39,6 +40,10 @@ class GRFAttention(torch.nn.Module):
     constant term :math:`c` (per graph) keeps a global path. Cost :math:`O(\mathrm{nnz}(\widehat{\Phi})
     \cdot m \cdot d)`, linear in N for bounded degree; all heads share one set of walks.
 
+    With ``form="asymmetric"`` the mask is :math:`\widehat{M} = \widehat{\Phi}` itself (keys take
+    :math:`f = \delta_0`), computed as a weighted edge list in :math:`O(\mathrm{nnz} \cdot d)`; this
+    form also takes ``feature_map="softmax"`` (:math:`\exp(\mathbf{q}_i^\top\mathbf{k}_j/\sqrt{d})`).
+
     Args:
         channels (int): Size of each input and output node feature.
         heads (int, optional): Number of attention heads. (default: :obj:`1`)
@@ -46,7 +51,10 @@ class GRFAttention(torch.nn.Module):
         num_walks (int, optional): Walkers per node. (default: :obj:`4`)
         p_halt (float, optional): Halting probability per step. (default: :obj:`0.5`)
         max_len (int, optional): Walk truncation, the length of f minus one. (default: :obj:`8`)
-        feature_map (str, optional): ``"relu"``, ``"elu"`` or ``"favor+"``. (default: :obj:`"relu"`)
+        feature_map (str, optional): ``"relu"``, ``"elu"`` or ``"favor+"`` (or ``"softmax"`` with
+            ``form="asymmetric"``). (default: :obj:`"relu"`)
+        form (str, optional): ``"symmetric"`` (two sparse products, :math:`\widehat{\Phi}\widehat{\Phi}^\top`)
+            or ``"asymmetric"`` (edge list, :math:`\widehat{\Phi}`). (default: :obj:`"symmetric"`)
         num_random_features (int, optional): FAVOR+ features per head; ``head_channels`` if not given.
         global_weight (float, optional): :math:`c \geq 0`. (default: :obj:`0.0`)
         f_decay (float, optional): f is initialised to :math:`e^{-\mathrm{decay} \cdot t}`; loads grow
@@ -73,6 +81,7 @@ class GRFAttention(torch.nn.Module):
         p_halt: float = 0.5,
         max_len: int = 8,
         feature_map: str = "relu",
+        form: str = "symmetric",
         num_random_features: int | None = None,
         global_weight: float = 0.0,
         f_decay: float = 0.5,
@@ -86,13 +95,21 @@ class GRFAttention(torch.nn.Module):
             if channels % heads:
                 raise ValueError(f"`channels` ({channels}) must be divisible by `heads` ({heads})")
             head_channels = channels // heads
-        if feature_map not in FEATURE_MAPS:
-            raise ValueError(f"`feature_map` must be one of {FEATURE_MAPS}, got {feature_map!r}")
+        if form not in ("symmetric", "asymmetric"):
+            raise ValueError(f"`form` must be 'symmetric' or 'asymmetric', got {form!r}")
+        allowed = FEATURE_MAPS if form == "symmetric" else (*FEATURE_MAPS, "softmax")
+        if feature_map not in allowed:
+            raise ValueError(f"`feature_map` must be one of {allowed} for form={form!r}, got {feature_map!r}")
         if global_weight < 0:
             raise ValueError(f"`global_weight` must be non-negative, got {global_weight}")
+        if feature_map == "softmax" and global_weight > 0:
+            raise ValueError(
+                "`global_weight > 0` needs a linear feature map; with softmax it is full attention"
+            )
         self.channels, self.heads, self.head_channels = channels, heads, head_channels
         self.num_walks, self.p_halt, self.max_len = num_walks, p_halt, max_len
-        self.feature_map, self.global_weight, self.f_decay = feature_map, global_weight, f_decay
+        self.feature_map, self.form = feature_map, form
+        self.global_weight, self.f_decay = global_weight, f_decay
         self.antithetic, self.repelling, self.seed = antithetic, repelling, seed
         inner = heads * head_channels
         self.q = torch.nn.Linear(channels, inner, bias=qkv_bias)
@@ -183,23 +200,36 @@ class GRFAttention(torch.nn.Module):
         features = grf_features(self.walks(edge_index, n, ptr), self.f.to(x.dtype))
         shape = (n, self.heads, self.head_channels)
         q, k, v = self.q(x).view(shape), self.k(x).view(shape), self.v(x).view(shape)
-        out = masked_linear_attention(
-            q,
-            k,
-            v,
-            features,
-            feature_map=self.feature_map,
-            projection=self.projection,
-            global_weight=self.global_weight,
-            ptr=ptr,
-        )
+        if self.form == "symmetric":
+            out = masked_linear_attention(
+                q,
+                k,
+                v,
+                features,
+                feature_map=self.feature_map,
+                projection=self.projection,
+                global_weight=self.global_weight,
+                ptr=ptr,
+            )
+        else:
+            out = asymmetric_masked_attention(
+                q,
+                k,
+                v,
+                features,
+                score=self.feature_map,
+                projection=self.projection,
+                global_weight=self.global_weight,
+                ptr=ptr,
+            )
         return self.out(out.reshape(n, -1))
 
     def __repr__(self) -> str:
         return (
             f"{self.__class__.__name__}({self.channels}, heads={self.heads}, "
             f"head_channels={self.head_channels}, num_walks={self.num_walks}, p_halt={self.p_halt}, "
-            f"max_len={self.max_len}, feature_map={self.feature_map!r}, global_weight={self.global_weight})"
+            f"max_len={self.max_len}, feature_map={self.feature_map!r}, form={self.form!r}, "
+            f"global_weight={self.global_weight})"
         )
 
 
