@@ -9,10 +9,18 @@ points. Methods, all on the same random ``q, k, v`` ``[N, H, d]``:
   cached, as in training on a fixed graph; the one-off walk sampling is timed on its own and its
   memory is included in the peak.
 - ``linear``: unmasked linear attention (:func:`kmipgt.grf.linear_attention`), the O(N) floor.
+- ``grf_asym``: :func:`kmipgt.grf.asymmetric_masked_attention` (edge-list form, ``M̂ = Φ̂``) on the
+  same features.
 - ``dense``: the same GRF mask materialised as a dense ``[N, N]`` ``M̂ = Φ̂Φ̂ᵀ`` per head, then dense
   masked linear attention (what the authors' prototype does); only up to ``dense_max`` nodes.
 
-Forward passes run under ``torch.no_grad()``.
+- ``grf_layer`` / ``linear_layer``: a whole attention layer (q, k, v and output projections of
+  ``heads * head_channels`` channels) around ``grf`` (:class:`kmipgt.nn.GRFAttention`, walks cached
+  after its first call) or around unmasked linear attention.
+
+Forward passes run under ``torch.no_grad()`` with ``threads`` torch threads (default 1: on a CPU
+shared with other jobs, every OpenMP-parallel op waited ~20 ms for its descheduled second thread in
+our runs, so multi-threaded timings measured the scheduler, not the kernels).
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 import multiprocessing
+import os
 import platform
 import resource
 import statistics
@@ -32,7 +41,7 @@ from tqdm import tqdm
 
 __all__ = ["GRFBenchConfig", "grid_edge_index", "run_grf_benchmark"]
 
-METHODS = ("grf", "linear", "dense")
+METHODS = ("grf", "grf_asym", "linear", "dense", "grf_layer", "linear_layer")
 
 
 @dataclass(frozen=True)
@@ -49,11 +58,14 @@ class GRFBenchConfig:
     feature_map: str = "relu"
     dense_max: int = 2**13
     repeats: int = 3
+    threads: int = 1
     seed: int = 0
 
     def sizes(self) -> list[int]:
         if self.n_min < 4 or self.n_max < self.n_min:
             raise ValueError(f"need 4 <= n_min <= n_max, got n_min={self.n_min}, n_max={self.n_max}")
+        if self.threads < 1:
+            raise ValueError(f"`threads` must be positive, got {self.threads}")
         if self.repeats < 1:
             raise ValueError(f"`repeats` must be positive, got {self.repeats}")
         sizes, n = [], self.n_min
@@ -99,40 +111,80 @@ def _dense_masked(features, q, k, v, feature_map):
     return torch.stack(outputs, dim=1)
 
 
-def _measure(method: str, num_nodes: int, config: GRFBenchConfig) -> dict:
-    """Runs in a fresh interpreter: one method at one size."""
-    from kmipgt.grf import grf_features, linear_attention, masked_linear_attention, sample_walks
-
-    torch.manual_seed(config.seed)
+def _inputs(num_nodes: int, config: GRFBenchConfig):
     height, width = _grid_shape(num_nodes)
     edge_index = grid_edge_index(height, width)
     shape = (num_nodes, config.heads, config.head_channels)
     q, k, v = torch.randn(shape), torch.randn(shape), torch.randn(shape)
+    x = torch.randn(num_nodes, config.heads * config.head_channels)
+    return (height, width), edge_index, q, k, v, x
+
+
+def _runner(method: str, num_nodes: int, config: GRFBenchConfig, edge_index, q, k, v, x, record: dict):
+    """A zero-argument callable running one forward of ``method``; one-off set-up is timed into ``record``."""
+    from kmipgt.grf import (
+        asymmetric_masked_attention,
+        grf_features,
+        linear_attention,
+        masked_linear_attention,
+        sample_walks,
+    )
+    from kmipgt.nn import GRFAttention
+
+    fmap = config.feature_map
+    if method == "linear":
+        return lambda: linear_attention(q, k, v, feature_map=fmap)
+    channels = config.heads * config.head_channels
+    if method in ("grf_layer", "linear_layer"):
+        module = GRFAttention(
+            channels,
+            config.heads,
+            num_walks=config.num_walks,
+            p_halt=config.p_halt,
+            max_len=config.max_len,
+            feature_map=fmap,
+            seed=config.seed,
+        )
+        if method == "linear_layer":  # the same projections around unmasked linear attention
+
+            def linear_layer():
+                qkv = [lin(x).view(num_nodes, config.heads, -1) for lin in (module.q, module.k, module.v)]
+                return module.out(linear_attention(*qkv, feature_map=fmap).reshape(num_nodes, -1))
+
+            return linear_layer
+        start = time.perf_counter()
+        module(x, edge_index=edge_index)
+        record["first_call_seconds"] = time.perf_counter() - start
+        return lambda: module(x, edge_index=edge_index)
+    start = time.perf_counter()
+    walks = sample_walks(
+        edge_index,
+        num_nodes,
+        num_walks=config.num_walks,
+        p_halt=config.p_halt,
+        max_len=config.max_len,
+        seed=config.seed,
+    )
+    record["walk_seconds"] = time.perf_counter() - start
+    record["nnz"] = walks.nnz
     f = torch.exp(-0.5 * torch.arange(config.max_len + 1.0)).expand(config.heads, -1).contiguous()
+    if method == "grf":
+        return lambda: masked_linear_attention(q, k, v, grf_features(walks, f), feature_map=fmap)
+    if method == "grf_asym":
+        return lambda: asymmetric_masked_attention(q, k, v, grf_features(walks, f), score=fmap)
+    features = grf_features(walks, f)
+    return lambda: _dense_masked(features, q, k, v, fmap)
+
+
+def _measure(method: str, num_nodes: int, config: GRFBenchConfig) -> dict:
+    """Runs in a fresh interpreter: one method at one size."""
+    torch.set_num_threads(config.threads)
+    torch.manual_seed(config.seed)
+    grid, edge_index, q, k, v, x = _inputs(num_nodes, config)
     baseline = _max_rss_bytes()
-    record = {"method": method, "num_nodes": num_nodes, "grid": [height, width]}
+    record = {"method": method, "num_nodes": num_nodes, "grid": list(grid)}
     with torch.no_grad():
-        if method == "linear":
-            run = lambda: linear_attention(q, k, v, feature_map=config.feature_map)  # noqa: E731
-        else:
-            start = time.perf_counter()
-            walks = sample_walks(
-                edge_index,
-                num_nodes,
-                num_walks=config.num_walks,
-                p_halt=config.p_halt,
-                max_len=config.max_len,
-                seed=config.seed,
-            )
-            record["walk_seconds"] = time.perf_counter() - start
-            record["nnz"] = walks.nnz
-            if method == "grf":
-                run = lambda: masked_linear_attention(  # noqa: E731
-                    q, k, v, grf_features(walks, f), feature_map=config.feature_map
-                )
-            else:
-                features = grf_features(walks, f)
-                run = lambda: _dense_masked(features, q, k, v, config.feature_map)  # noqa: E731
+        run = _runner(method, num_nodes, config, edge_index, q, k, v, x, record)
         run()
         seconds = []
         for _ in range(config.repeats):
@@ -175,9 +227,12 @@ def _plot(records: list[dict], path: Path) -> None:
         if not points:
             continue
         n = [r["num_nodes"] for r in points]
-        axes[0].loglog(n, [r["seconds"] for r in points], "o-", label=method)
-        axes[1].loglog(n, [max(r["peak_bytes"], 1) / 2**20 for r in points], "o-", label=method)
-    for axis, label in zip(axes, ("forward time [s]", "peak memory above inputs [MiB]"), strict=True):
+        style = "s--" if method.endswith("_layer") else "o-"
+        axes[0].loglog(n, [r["seconds_min"] for r in points], style, label=method)
+        axes[1].loglog(n, [max(r["peak_bytes"], 1) / 2**20 for r in points], style, label=method)
+    for axis, label in zip(
+        axes, ("forward time, best of repeats [s]", "peak memory above inputs [MiB]"), strict=True
+    ):
         axis.set_xlabel("nodes N (2-D grid)")
         axis.set_ylabel(label)
         axis.grid(True, which="both", alpha=0.3)
@@ -189,28 +244,31 @@ def _plot(records: list[dict], path: Path) -> None:
 
 
 def scaling_summary(records: list[dict], low: int, high: int) -> dict:
-    """Per x4 step in N from ``low`` to ``high``: GRF time and memory ratios, and GRF / linear at ``high``."""
+    """Time and memory ratios per x4 step in N from ``low`` to ``high``, and against linear at ``high``.
+
+    Times are the fastest of the repeats, the estimate least disturbed by other load on a shared CPU.
+    """
     by_key = {(r["method"], r["num_nodes"]): r for r in records if "error" not in r}
-    steps = []
-    n = low
-    while n * 4 <= high:
-        small, large = by_key.get(("grf", n)), by_key.get(("grf", n * 4))
-        if small and large:
-            steps.append(
-                {
-                    "from": n,
-                    "to": n * 4,
-                    "time_ratio": large["seconds"] / small["seconds"],
-                    "memory_ratio": large["peak_bytes"] / max(small["peak_bytes"], 1),
-                }
-            )
-        n *= 4
-    summary: dict = {"x4_steps": steps}
-    grf, linear = by_key.get(("grf", high)), by_key.get(("linear", high))
-    if grf and linear:
-        summary["grf_over_linear_time"] = grf["seconds"] / linear["seconds"]
-        summary["grf_over_linear_memory"] = grf["peak_bytes"] / max(linear["peak_bytes"], 1)
-    return summary
+
+    def ratio(a: dict, b: dict) -> dict:
+        return {
+            "time": a["seconds_min"] / b["seconds_min"],
+            "memory": a["peak_bytes"] / max(b["peak_bytes"], 1),
+        }
+
+    steps: dict[str, list] = {}
+    for method in METHODS:
+        n = low
+        while n * 4 <= high:
+            small, large = by_key.get((method, n)), by_key.get((method, n * 4))
+            if small and large:
+                steps.setdefault(method, []).append({"from": n, "to": n * 4, **ratio(large, small)})
+            n *= 4
+    against = {}
+    for method, reference in (("grf", "linear"), ("grf_asym", "linear"), ("grf_layer", "linear_layer")):
+        if (method, high) in by_key and (reference, high) in by_key:
+            against[f"{method}/{reference}"] = ratio(by_key[(method, high)], by_key[(reference, high)])
+    return {"low": low, "high": high, "x4_steps": steps, "at_high": against}
 
 
 def run_grf_benchmark(config: GRFBenchConfig, out_dir: str | Path) -> dict:
@@ -226,10 +284,10 @@ def run_grf_benchmark(config: GRFBenchConfig, out_dir: str | Path) -> dict:
         "machine": {
             "platform": platform.platform(),
             "torch": torch.__version__,
-            "threads": torch.get_num_threads(),
+            "cpus": os.cpu_count(),
         },
         "records": records,
-        "summary": scaling_summary(records, 2**14, 2**18),
+        "summary": scaling_summary(records, 2**14, min(2**18, config.n_max)),
     }
     (out_dir / "grf.json").write_text(json.dumps(result, indent=2))
     _plot(records, out_dir / "grf.png")

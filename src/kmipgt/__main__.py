@@ -1,0 +1,5 @@
+"""``python -m kmipgt``."""
+
+from kmipgt.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""Benchmarks: time, memory and approximation experiments."""
