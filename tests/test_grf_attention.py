@@ -11,6 +11,8 @@ from kmipgt.grf import (
     apply_feature_map,
     asymmetric_masked_attention,
     grf_features,
+    grf_mask,
+    grf_mask_pattern,
     linear_attention,
     masked_linear_attention,
     orthogonal_random_features,
@@ -66,8 +68,12 @@ def walks_and_ptr():
 @pytest.mark.parametrize("feature_map", ["relu", "elu", "favor+"])
 @pytest.mark.parametrize("per_head", [False, True])
 @pytest.mark.parametrize("global_weight", [0.0, 0.3])
-def test_symmetric_form_equals_dense_masked_attention(walks_and_ptr, feature_map, per_head, global_weight):
+@pytest.mark.parametrize("explicit_mask", [False, True])
+def test_symmetric_form_equals_dense_masked_attention(
+    walks_and_ptr, feature_map, per_head, global_weight, explicit_mask
+):
     walks, ptr = walks_and_ptr
+    pattern = grf_mask_pattern(walks) if explicit_mask else None
     n = walks.num_nodes
     q, k, v = _inputs(n)
     f = torch.rand(HEADS, 5, dtype=torch.float64) if per_head else torch.rand(5, dtype=torch.float64)
@@ -95,7 +101,14 @@ def test_symmetric_form_equals_dense_masked_attention(walks_and_ptr, feature_map
     if feature_map == "relu":
         phi_q, phi_k = phi_q + 1e-3, phi_k + 1e-3  # keep every row's mass positive
         out = masked_linear_attention(
-            q.relu() + 1e-3, k.relu() + 1e-3, v, features, global_weight=global_weight, ptr=ptr, eps=0.0
+            q.relu() + 1e-3,
+            k.relu() + 1e-3,
+            v,
+            features,
+            global_weight=global_weight,
+            ptr=ptr,
+            eps=0.0,
+            mask_pattern=pattern,
         )
     torch.testing.assert_close(out, _dense_masked(q, k, v, mask, phi_q, phi_k))
 
@@ -159,6 +172,17 @@ def test_symmetric_form_equals_edge_list_over_explicit_mask(walks_and_ptr):
     torch.testing.assert_close(symmetric, asymmetric_masked_attention(q, k, v, explicit, score="elu"))
 
 
+@pytest.mark.parametrize("per_head", [False, True])
+def test_explicit_mask_equals_dense_feature_product(walks_and_ptr, per_head):
+    walks, _ = walks_and_ptr
+    f = torch.rand(HEADS, 5, dtype=torch.float64) if per_head else torch.rand(5, dtype=torch.float64)
+    features = grf_features(walks, f)
+    dense = features.to_dense()
+    mask = grf_mask(features, grf_mask_pattern(walks))
+    assert mask.is_coalesced()
+    torch.testing.assert_close(mask.to_dense(), dense @ dense.transpose(-1, -2))
+
+
 def test_delta_f_gives_self_attention_only(walks_and_ptr):
     walks, _ = walks_and_ptr
     q, k, v = _inputs(walks.num_nodes, seed=4)
@@ -211,7 +235,14 @@ def test_gradients_match_finite_differences(walks_and_ptr):
         features = grf_features(walks, torch.nn.functional.softplus(theta))
         return asymmetric_masked_attention(q, k, v, features)
 
+    pattern = grf_mask_pattern(walks)
+
+    def explicit(theta, q, k, v):
+        features = grf_features(walks, torch.nn.functional.softplus(theta))
+        return masked_linear_attention(q, k, v, features, feature_map="elu", mask_pattern=pattern)
+
     assert torch.autograd.gradcheck(symmetric, (theta, q, k, v), fast_mode=True)
+    assert torch.autograd.gradcheck(explicit, (theta, q, k, v), fast_mode=True)
     assert torch.autograd.gradcheck(asymmetric, (theta, q, k, v), fast_mode=True)
 
 

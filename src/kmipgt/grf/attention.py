@@ -20,7 +20,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from kmipgt.grf.feature_maps import FEATURE_MAPS, apply_feature_map
-from kmipgt.grf.sparse import sparse_dense_matmul
+from kmipgt.grf.features import GRFMaskPattern, grf_mask
+from kmipgt.grf.sparse import sampled_dot, sparse_dense_matmul
 
 __all__ = ["asymmetric_masked_attention", "linear_attention", "masked_linear_attention"]
 
@@ -132,6 +133,7 @@ def masked_linear_attention(
     ptr: Tensor | None = None,
     batch: Tensor | None = None,
     eps: float = 1e-6,
+    mask_pattern: GRFMaskPattern | None = None,
 ) -> Tensor:
     """GRF-masked linear attention, symmetric form, in O(nnz(Φ̂) · m · d_v).
 
@@ -148,6 +150,11 @@ def masked_linear_attention(
         global_weight: c ≥ 0, weight of the constant GRF coordinate (``M̂ + c·11ᵀ`` within each graph).
         ptr: ``[G + 1]`` graph offsets, or ``batch``: ``[N]`` sorted graph ids; neither = one graph.
         eps: added to the normaliser so that rows with zero mass give 0, not NaN.
+        mask_pattern: ``grf_mask_pattern(walks)`` of the walks behind ``features``. Given, the same
+            result is computed through the explicit sparse mask ``M̂ = Φ̂Φ̂ᵀ`` (:func:`kmipgt.grf.grf_mask`)
+            and one SDDMM + one SpMM, in O(pairs + nnz(M̂) · (m + d_v)): much cheaper for small walk
+            budgets (nnz(M̂) ≈ 10 N on a grid with 4 walkers), costlier when ``nnz(M̂)`` approaches
+            ``nnz(Φ̂)²/N``.
 
     Returns:
         ``[N, H, d_v]``.
@@ -157,6 +164,14 @@ def masked_linear_attention(
     if global_weight < 0:
         raise ValueError(f"`global_weight` must be non-negative, got {global_weight}")
     n, heads = query.shape[:2]
+    if mask_pattern is not None:
+        if feature_map not in FEATURE_MAPS:
+            raise ValueError(f"`feature_map` must be one of {FEATURE_MAPS}, got {feature_map!r}")
+        graph = _graph_index(n, ptr, batch, query.device) if global_weight > 0 else None
+        mask = grf_mask(features, mask_pattern)
+        return _edge_list_attention(
+            query, key, value, mask, feature_map, projection, None, global_weight, graph, eps
+        )
     phi_q = _head_major(apply_feature_map(query, feature_map, projection=projection, is_query=True))
     phi_k = _head_major(apply_feature_map(key, feature_map, projection=projection, is_query=False))
     value1 = _head_major(F.pad(value, (0, 1), value=1.0))
@@ -196,15 +211,47 @@ def linear_attention(
     return _normalise(_global_term(phi_q, phi_k, value1, graph, None), eps)
 
 
-def _head_edges(features: Tensor, heads: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """``(head, row, col, weight)`` per nonzero of ``Φ̂``, broadcasting a shared ``[N, N]`` to every head."""
-    if features.dim() == 3:
-        head, row, col = features.indices()
-        return head, row, col, features.values()
-    row, col = features.indices()
-    nnz = row.numel()
-    head = torch.arange(heads, device=row.device).repeat_interleave(nnz)
-    return head, row.repeat(heads), col.repeat(heads), features.values().repeat(heads)
+def _edge_list_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor,
+    score: str,
+    projection: Tensor | None,
+    scale: float | None,
+    global_weight: float,
+    graph: Tensor | None,
+    eps: float,
+) -> Tensor:
+    """``Σ_j mask_ij A_ij [v_j, 1]`` over the stored entries: one SDDMM for ``A`` and one SpMM, all heads
+    at once through the block-diagonal layout. O(nnz · (d + d_v)) time, O(nnz) extra memory."""
+    n, heads, dim = query.shape
+    indices, weights = _block_diagonal(mask, heads, n)
+    if bool((weights < 0).any()):
+        raise ValueError("the mask (`features`) must be non-negative (keep f >= 0, e.g. with softplus)")
+    value1 = _head_major(F.pad(value, (0, 1), value=1.0))
+    flat_value1 = value1.view(heads * n, -1)
+    if score == "softmax":
+        logits = sampled_dot(
+            indices, _head_major(query).view(heads * n, dim), _head_major(key).view(heads * n, dim)
+        )
+        logits = logits * (dim**-0.5 if scale is None else scale)
+        tiny = torch.finfo(weights.dtype).tiny
+        logits = torch.where(weights > 0, logits + torch.log(weights.clamp_min(tiny)), float("-inf"))
+        row = indices[0]
+        row_max = logits.new_full((heads * n,), float("-inf")).scatter_reduce(
+            0, row, logits.detach(), reduce="amax"
+        )
+        row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+        out = sparse_dense_matmul(indices, torch.exp(logits - row_max[row]), flat_value1).view(heads, n, -1)
+        return (out[..., :-1] / out[..., -1:].clamp_min(tiny)).transpose(0, 1)
+    phi_q = _head_major(apply_feature_map(query, score, projection=projection, is_query=True))
+    phi_k = _head_major(apply_feature_map(key, score, projection=projection, is_query=False))
+    kernel = sampled_dot(indices, phi_q.view(heads * n, -1), phi_k.view(heads * n, -1))
+    out = sparse_dense_matmul(indices, kernel * weights, flat_value1).view(heads, n, -1)
+    if global_weight > 0:
+        out = out + global_weight * _global_term(phi_q, phi_k, value1, graph, None)
+    return _normalise(out, eps)
 
 
 def asymmetric_masked_attention(
@@ -225,7 +272,9 @@ def asymmetric_masked_attention(
 
     ``out_i = Σ_j Φ̂_ij A_ij v_j / Σ_j Φ̂_ij A_ij`` over the nonzeros of row i, with
     ``A_ij = exp(q_iᵀk_j · scale)`` (``score="softmax"``, scale defaults to ``1/√d``) or
-    ``φ(q_i)ᵀφ(k_j)`` for a feature map. Cost O(nnz(Φ̂) · (d + d_v)) by gather/scatter.
+    ``φ(q_i)ᵀφ(k_j)`` for a feature map. Cost O(nnz(Φ̂) · (d + d_v)): one sampled dot product per
+    stored entry (SDDMM) and one sparse-dense product. Any non-negative sparse mask works here, e.g.
+    the explicit ``M̂ = Φ̂Φ̂ᵀ`` of :func:`kmipgt.grf.grf_mask`.
 
     Args:
         query, key: ``[N, H, d]``; value: ``[N, H, d_v]``.
@@ -242,7 +291,7 @@ def asymmetric_masked_attention(
         ``[N, H, d_v]``; a row without positive weight gives 0.
     """
     _check_qkv(query, key, value)
-    n, heads, dim = query.shape
+    n, heads, _ = query.shape
     features = _check_features(features, n, heads)
     if score not in SCORES:
         raise ValueError(f"`score` must be one of {SCORES}, got {score!r}")
@@ -250,39 +299,7 @@ def asymmetric_masked_attention(
         raise ValueError(f"`global_weight` must be non-negative, got {global_weight}")
     if score == "softmax" and global_weight > 0:
         raise ValueError("`global_weight > 0` needs a feature-map `score`; with softmax it is full attention")
-    head, row, col, weight = _head_edges(features, heads)
-    if bool((weight < 0).any()):
-        raise ValueError("`features` must be non-negative (keep f >= 0, e.g. with softplus)")
-    segment = row * heads + head
-    value_j = value[col, head]
-    if score == "softmax":
-        logits = (query[row, head] * key[col, head]).sum(-1) * (dim**-0.5 if scale is None else scale)
-        logits = torch.where(
-            weight > 0,
-            logits + torch.log(weight.clamp_min(torch.finfo(weight.dtype).tiny)),
-            torch.full_like(logits, float("-inf")),
-        )
-        row_max = logits.new_full((n * heads,), float("-inf")).scatter_reduce(
-            0, segment, logits.detach(), reduce="amax"
-        )
-        row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
-        scores = torch.exp(logits - row_max[segment])
-        denominator = scores.new_zeros(n * heads).index_add(0, segment, scores)
-        numerator = value.new_zeros(n * heads, value.shape[-1]).index_add(
-            0, segment, scores[:, None] * value_j
-        )
-        out = numerator / denominator.clamp_min(torch.finfo(denominator.dtype).tiny)[:, None]
-        return out.reshape(n, heads, -1)
-    phi_q = apply_feature_map(query, score, projection=projection, is_query=True)
-    phi_k = apply_feature_map(key, score, projection=projection, is_query=False)
-    scores = (phi_q[row, head] * phi_k[col, head]).sum(-1) * weight
-    value1 = F.pad(value_j, (0, 1), value=1.0)
-    mixed = value.new_zeros(n * heads, value.shape[-1] + 1).index_add(0, segment, scores[:, None] * value1)
-    mixed = mixed.reshape(n, heads, -1).transpose(0, 1)
-    if global_weight > 0:
-        graph = _graph_index(n, ptr, batch, query.device)
-        value1 = _head_major(F.pad(value, (0, 1), value=1.0))
-        mixed = mixed + global_weight * _global_term(
-            _head_major(phi_q), _head_major(phi_k), value1, graph, None
-        )
-    return _normalise(mixed, eps)
+    graph = _graph_index(n, ptr, batch, query.device) if global_weight > 0 else None
+    return _edge_list_attention(
+        query, key, value, features, score, projection, scale, global_weight, graph, eps
+    )

@@ -1,13 +1,15 @@
-"""Graph random features ``Φ̂ = Σ_t f_t P_t`` assembled as one sparse matrix that is differentiable in f."""
+"""Graph random features ``Φ̂ = Σ_t f_t P_t`` and the explicit mask ``M̂ = Φ̂Φ̂ᵀ``, differentiable in f."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from kmipgt.grf.walks import GRFWalks
 
-__all__ = ["grf_features"]
+__all__ = ["GRFMaskPattern", "grf_features", "grf_mask", "grf_mask_pattern"]
 
 
 def grf_features(walks: GRFWalks, f: Tensor) -> Tensor:
@@ -49,4 +51,92 @@ def grf_features(walks: GRFWalks, f: Tensor) -> Tensor:
     indices = torch.cat([head[None], walks.pairs.repeat(1, heads)])
     return torch.sparse_coo_tensor(
         indices, values.flatten(), (heads, n, n), is_coalesced=True, check_invariants=False
+    )
+
+
+@dataclass(frozen=True)
+class GRFMaskPattern:
+    """Sparsity pattern of ``M̂ = Φ̂Φ̂ᵀ`` and the products of ``Φ̂`` entries that sum into each entry.
+
+    ``M̂_ij = Σ_u Φ̂_iu Φ̂_ju``: every pair of nonzeros of ``Φ̂`` that share a column u adds one product.
+    Built once per set of walks; :func:`grf_mask` then assembles ``M̂`` for any f in O(pairs).
+
+    Attributes:
+        num_nodes: N.
+        indices: ``[2, M]`` int64 ``(i, j)`` nonzeros of ``M̂``, sorted row-major.
+        left: ``[Q]`` int64 position of ``Φ̂_iu`` among the walks' ``pairs``.
+        right: ``[Q]`` int64 position of ``Φ̂_ju``.
+        entry: ``[Q]`` int64 column of ``indices`` that the product ``Φ̂_iu Φ̂_ju`` adds to.
+    """
+
+    num_nodes: int
+    num_features: int
+    indices: Tensor
+    left: Tensor
+    right: Tensor
+    entry: Tensor
+
+    @property
+    def nnz(self) -> int:
+        """Nonzeros of ``M̂``."""
+        return int(self.indices.shape[1])
+
+
+def grf_mask_pattern(walks: GRFWalks) -> GRFMaskPattern:
+    """The pattern of ``M̂ = Φ̂Φ̂ᵀ`` for features built from ``walks`` (any f, any number of heads).
+
+    Its size is ``Σ_u c_u²`` products for ``c_u`` walk visits to node u: about 18 N on a grid with 4
+    walkers and ``p_halt = 0.5``, but it grows with the square of the walk budget.
+    """
+    if not isinstance(walks, GRFWalks):
+        raise TypeError(f"`walks` must be a GRFWalks from sample_walks, got {type(walks).__name__}")
+    n = walks.num_nodes
+    row, col = walks.pairs
+    order = torch.argsort(col, stable=True)
+    sorted_col = col[order]
+    counts = torch.bincount(col, minlength=n)
+    first = counts.cumsum(0) - counts
+    partners = counts[sorted_col]
+    left_sorted = torch.repeat_interleave(torch.arange(row.numel(), device=row.device), partners)
+    offsets = torch.repeat_interleave(partners.cumsum(0) - partners, partners)
+    within = torch.arange(left_sorted.numel(), device=row.device) - offsets
+    right_sorted = first[sorted_col[left_sorted]] + within
+    left, right = order[left_sorted], order[right_sorted]
+    keys, entry = torch.unique(row[left] * n + row[right], return_inverse=True)
+    indices = torch.stack([keys // n, keys % n])
+    return GRFMaskPattern(n, walks.nnz, indices, left, right, entry)
+
+
+def grf_mask(features: Tensor, pattern: GRFMaskPattern) -> Tensor:
+    """The explicit sparse mask ``M̂ = Φ̂Φ̂ᵀ`` (per head), with autograd to the values of ``features``.
+
+    Args:
+        features: ``grf_features(walks, f)``: sparse ``[N, N]`` or ``[H, N, N]``.
+        pattern: ``grf_mask_pattern(walks)`` of the same walks.
+
+    Returns:
+        Coalesced sparse COO ``[N, N]`` or ``[H, N, N]`` with ``pattern.nnz`` nonzeros per head.
+    """
+    if not isinstance(pattern, GRFMaskPattern):
+        raise TypeError(f"`pattern` must be a GRFMaskPattern, got {type(pattern).__name__}")
+    if not isinstance(features, Tensor) or features.layout != torch.sparse_coo:
+        raise TypeError("`features` must be a sparse COO tensor from grf_features")
+    n, p = pattern.num_nodes, pattern.num_features
+    heads = features.shape[0] if features.dim() == 3 else 1
+    if features.shape[-2:] != (n, n) or features._nnz() != heads * p:
+        raise ValueError(
+            f"`features` must come from the walks of `pattern`: [N, N] or [H, N, N] with N={n} and {p} "
+            f"nonzeros per head, got shape {tuple(features.shape)} with {features._nnz()} nonzeros"
+        )
+    values = features.coalesce().values().view(heads, p)
+    products = values[:, pattern.left] * values[:, pattern.right]
+    mask = products.new_zeros(heads, pattern.nnz).index_add(1, pattern.entry, products)
+    if features.dim() == 2:
+        return torch.sparse_coo_tensor(
+            pattern.indices, mask[0], (n, n), is_coalesced=True, check_invariants=False
+        )
+    head = torch.arange(heads, device=mask.device).repeat_interleave(pattern.nnz)
+    indices = torch.cat([head[None], pattern.indices.repeat(1, heads)])
+    return torch.sparse_coo_tensor(
+        indices, mask.flatten(), (heads, n, n), is_coalesced=True, check_invariants=False
     )

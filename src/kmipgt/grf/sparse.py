@@ -15,7 +15,7 @@ import scipy.sparse
 import torch
 from torch import Tensor
 
-__all__ = ["sparse_dense_matmul"]
+__all__ = ["sampled_dot", "sparse_dense_matmul"]
 
 
 def _crow(row: Tensor, num_rows: int) -> Tensor:
@@ -42,6 +42,38 @@ def _product(
     return torch.sparse.mm(torch.sparse_coo_tensor(indices, values, shape, check_invariants=False), dense)
 
 
+def _sddmm(
+    row: Tensor, crow: Tensor, col: Tensor, left: Tensor, right: Tensor, shape: tuple[int, int]
+) -> Tensor:
+    """``[nnz]``: ``left[row_e] · right[col_e]`` for every stored entry, in storage order."""
+    with warnings.catch_warnings():
+        # SDDMM needs the CSR layout, which torch flags as beta on every construction.
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        pattern = torch.sparse_csr_tensor(
+            crow, col, left.new_zeros(col.numel()), shape, check_invariants=False
+        )
+        return torch.sparse.sampled_addmm(pattern, left, right.T, beta=0.0).values()
+
+
+class _SampledDot(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, row, crow, col, left, right, shape):
+        ctx.save_for_backward(row, crow, col, left, right)
+        ctx.shape = shape
+        return _sddmm(row, crow, col, left.detach().contiguous(), right.detach().contiguous(), shape)
+
+    @staticmethod
+    def backward(ctx, grad):
+        row, crow, col, left, right = ctx.saved_tensors
+        grad = grad.contiguous()
+        grad_left = grad_right = None
+        if ctx.needs_input_grad[3]:
+            grad_left = _product(row, crow, col, grad, right.detach().contiguous(), ctx.shape, False)
+        if ctx.needs_input_grad[4]:
+            grad_right = _product(row, crow, col, grad, left.detach().contiguous(), ctx.shape, True)
+        return None, None, None, grad_left, grad_right, None
+
+
 class _SparseDenseMatmul(torch.autograd.Function):
     @staticmethod
     def forward(ctx, row, crow, col, values, dense, shape, transpose):
@@ -55,14 +87,8 @@ class _SparseDenseMatmul(torch.autograd.Function):
         grad = grad.contiguous()
         grad_values = grad_dense = None
         if ctx.needs_input_grad[3]:
-            with warnings.catch_warnings():
-                # SDDMM needs the CSR layout, which torch flags as beta on every construction.
-                warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-                pattern = torch.sparse_csr_tensor(
-                    crow, col, torch.zeros_like(values), ctx.shape, check_invariants=False
-                )
             left, right = (dense, grad) if ctx.transpose else (grad, dense)
-            grad_values = torch.sparse.sampled_addmm(pattern, left, right.T, beta=0.0).values()
+            grad_values = _sddmm(row, crow, col, left, right, ctx.shape)
         if ctx.needs_input_grad[4]:
             grad_dense = _product(row, crow, col, values.detach(), grad, ctx.shape, not ctx.transpose)
         return None, None, None, grad_values, grad_dense, None, None
@@ -85,3 +111,19 @@ def sparse_dense_matmul(indices: Tensor, values: Tensor, dense: Tensor, *, trans
     crow = _crow(row, num_rows)
     values = values.to(dense.dtype)
     return _SparseDenseMatmul.apply(row, crow, col, values, dense, (num_rows, num_rows), transpose)
+
+
+def sampled_dot(indices: Tensor, left: Tensor, right: Tensor) -> Tensor:
+    """``[nnz]`` dot products ``left[i] · right[j]`` at the stored entries ``(i, j)`` (SDDMM).
+
+    Args:
+        indices: ``[2, nnz]`` int64 ``(i, j)`` sorted row-major without duplicates.
+        left: ``[N, F]``; right: ``[N, F]``; both may require grad.
+
+    Returns:
+        ``[nnz]``, in the order of ``indices``.
+    """
+    num_rows = left.shape[0]
+    row, col = indices
+    crow = _crow(row, num_rows)
+    return _SampledDot.apply(row, crow, col, left, right, (num_rows, right.shape[0]))
