@@ -21,9 +21,19 @@ def _two_graphs():
     return edge_index, batch
 
 
-def test_forward_equals_dense_masked_attention():
+@pytest.mark.parametrize("explicit_mask", [None, False, True])
+def test_forward_equals_dense_masked_attention(explicit_mask):
     torch.manual_seed(0)
-    module = GRFAttention(8, heads=2, num_walks=3, max_len=4, feature_map="elu", global_weight=0.2, seed=0)
+    module = GRFAttention(
+        8,
+        heads=2,
+        num_walks=3,
+        max_len=4,
+        feature_map="elu",
+        global_weight=0.2,
+        seed=0,
+        explicit_mask=explicit_mask,
+    )
     edge_index, batch = _two_graphs()
     x = torch.randn(11, 8)
     out = module(x, batch=batch, edge_index=edge_index)

@@ -9,6 +9,9 @@ points. Methods, all on the same random ``q, k, v`` ``[N, H, d]``:
   cached, as in training on a fixed graph; the one-off walk sampling is timed on its own and its
   memory is included in the peak.
 - ``linear``: unmasked linear attention (:func:`kmipgt.grf.linear_attention`), the O(N) floor.
+- ``grf_mask``: the same symmetric estimator through the explicit sparse ``M̂ = Φ̂Φ̂ᵀ``
+  (``mask_pattern=grf_mask_pattern(walks)``, built once with the walks; ``M̂`` itself is rebuilt from f
+  every forward): one SDDMM + one SpMM.
 - ``grf_asym``: :func:`kmipgt.grf.asymmetric_masked_attention` (edge-list form, ``M̂ = Φ̂``) on the
   same features.
 - ``dense``: the same GRF mask materialised as a dense ``[N, N]`` ``M̂ = Φ̂Φ̂ᵀ`` per head, then dense
@@ -41,7 +44,7 @@ from tqdm import tqdm
 
 __all__ = ["GRFBenchConfig", "grid_edge_index", "run_grf_benchmark"]
 
-METHODS = ("grf", "grf_asym", "linear", "dense", "grf_layer", "linear_layer")
+METHODS = ("grf", "grf_mask", "grf_asym", "linear", "dense", "grf_layer", "linear_layer")
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,7 @@ def _runner(method: str, num_nodes: int, config: GRFBenchConfig, edge_index, q, 
     from kmipgt.grf import (
         asymmetric_masked_attention,
         grf_features,
+        grf_mask_pattern,
         linear_attention,
         masked_linear_attention,
         sample_walks,
@@ -170,6 +174,12 @@ def _runner(method: str, num_nodes: int, config: GRFBenchConfig, edge_index, q, 
     f = torch.exp(-0.5 * torch.arange(config.max_len + 1.0)).expand(config.heads, -1).contiguous()
     if method == "grf":
         return lambda: masked_linear_attention(q, k, v, grf_features(walks, f), feature_map=fmap)
+    if method == "grf_mask":
+        pattern = grf_mask_pattern(walks)
+        record["mask_nnz"] = pattern.nnz
+        return lambda: masked_linear_attention(
+            q, k, v, grf_features(walks, f), feature_map=fmap, mask_pattern=pattern
+        )
     if method == "grf_asym":
         return lambda: asymmetric_masked_attention(q, k, v, grf_features(walks, f), score=fmap)
     features = grf_features(walks, f)
@@ -265,7 +275,12 @@ def scaling_summary(records: list[dict], low: int, high: int) -> dict:
                 steps.setdefault(method, []).append({"from": n, "to": n * 4, **ratio(large, small)})
             n *= 4
     against = {}
-    for method, reference in (("grf", "linear"), ("grf_asym", "linear"), ("grf_layer", "linear_layer")):
+    for method, reference in (
+        ("grf", "linear"),
+        ("grf_mask", "linear"),
+        ("grf_asym", "linear"),
+        ("grf_layer", "linear_layer"),
+    ):
         if (method, high) in by_key and (reference, high) in by_key:
             against[f"{method}/{reference}"] = ratio(by_key[(method, high)], by_key[(reference, high)])
     return {"low": low, "high": high, "x4_steps": steps, "at_high": against}

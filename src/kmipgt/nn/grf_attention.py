@@ -8,9 +8,11 @@ from torch import Tensor
 
 from kmipgt.grf import (
     FEATURE_MAPS,
+    GRFMaskPattern,
     GRFWalks,
     asymmetric_masked_attention,
     grf_features,
+    grf_mask_pattern,
     masked_linear_attention,
     orthogonal_random_features,
     sample_walks,
@@ -53,6 +55,10 @@ class GRFAttention(torch.nn.Module):
         max_len (int, optional): Walk truncation, the length of f minus one. (default: :obj:`8`)
         feature_map (str, optional): ``"relu"``, ``"elu"`` or ``"favor+"`` (or ``"softmax"`` with
             ``form="asymmetric"``). (default: :obj:`"relu"`)
+        explicit_mask (bool, optional): For ``form="symmetric"``: compute through the explicit sparse
+            :math:`\widehat{\Phi}\widehat{\Phi}^\top` (SDDMM + SpMM) instead of two sparse products
+            of width :math:`m (d + 1)`. Same output; ``None`` picks the cheaper one from the walks'
+            visit counts. (default: :obj:`None`)
         form (str, optional): ``"symmetric"`` (two sparse products, :math:`\widehat{\Phi}\widehat{\Phi}^\top`)
             or ``"asymmetric"`` (edge list, :math:`\widehat{\Phi}`). (default: :obj:`"symmetric"`)
         num_random_features (int, optional): FAVOR+ features per head; ``head_channels`` if not given.
@@ -82,6 +88,7 @@ class GRFAttention(torch.nn.Module):
         max_len: int = 8,
         feature_map: str = "relu",
         form: str = "symmetric",
+        explicit_mask: bool | None = None,
         num_random_features: int | None = None,
         global_weight: float = 0.0,
         f_decay: float = 0.5,
@@ -108,7 +115,7 @@ class GRFAttention(torch.nn.Module):
             )
         self.channels, self.heads, self.head_channels = channels, heads, head_channels
         self.num_walks, self.p_halt, self.max_len = num_walks, p_halt, max_len
-        self.feature_map, self.form = feature_map, form
+        self.feature_map, self.form, self.explicit_mask = feature_map, form, explicit_mask
         self.global_weight, self.f_decay = global_weight, f_decay
         self.antithetic, self.repelling, self.seed = antithetic, repelling, seed
         inner = heads * head_channels
@@ -124,6 +131,7 @@ class GRFAttention(torch.nn.Module):
             self.projection = None
         self._cached_edge_index: Tensor | None = None
         self._cached_walks: GRFWalks | None = None
+        self._cached_pattern: GRFMaskPattern | None = None
         self._graphs_sampled = 0
         self.reset_parameters()
 
@@ -137,7 +145,7 @@ class GRFAttention(torch.nn.Module):
             self.theta.copy_((f + torch.log(-torch.expm1(-f))).expand_as(self.theta))
         if self.projection is not None:
             self.redraw_projection_matrix()
-        self._cached_edge_index, self._cached_walks = None, None
+        self._cached_edge_index, self._cached_walks, self._cached_pattern = None, None, None
 
     @torch.no_grad()
     def redraw_projection_matrix(self) -> None:
@@ -181,7 +189,20 @@ class GRFAttention(torch.nn.Module):
         )
         self._graphs_sampled += 1
         self._cached_edge_index, self._cached_walks = edge_index.detach().clone(), walks
+        self._cached_pattern = grf_mask_pattern(walks) if self._use_explicit_mask(walks) else None
         return walks
+
+    def _use_explicit_mask(self, walks: GRFWalks) -> bool:
+        if self.form != "symmetric":
+            return False
+        if self.explicit_mask is not None:
+            return self.explicit_mask
+        # Flops per head: the products Φ̂_iu Φ̂_ju (an upper bound on nnz(M̂)) times the edge-list work,
+        # against two sparse products of width m (d + 1).
+        visits = torch.bincount(walks.pairs[1], minlength=walks.num_nodes)
+        products = int((visits * visits).sum())
+        width = self.num_random_features if self.feature_map == "favor+" else self.head_channels
+        return products * (width + self.head_channels + 2) < 2 * walks.nnz * width * (self.head_channels + 1)
 
     def forward(self, x: Tensor, batch: Tensor | None = None, edge_index: Tensor | None = None) -> Tensor:
         r"""Runs the forward pass.
@@ -210,6 +231,7 @@ class GRFAttention(torch.nn.Module):
                 projection=self.projection,
                 global_weight=self.global_weight,
                 ptr=ptr,
+                mask_pattern=self._cached_pattern,
             )
         else:
             out = asymmetric_masked_attention(
