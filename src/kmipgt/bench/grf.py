@@ -67,6 +67,8 @@ class GRFBenchConfig:
     def sizes(self) -> list[int]:
         if self.n_min < 4 or self.n_max < self.n_min:
             raise ValueError(f"need 4 <= n_min <= n_max, got n_min={self.n_min}, n_max={self.n_max}")
+        if self.n_min & (self.n_min - 1):
+            raise ValueError(f"`n_min` must be a power of two (grids of 2^a x 2^b nodes), got {self.n_min}")
         if self.threads < 1:
             raise ValueError(f"`threads` must be positive, got {self.threads}")
         if self.repeats < 1:
