@@ -20,8 +20,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from kmipgt.grf.feature_maps import FEATURE_MAPS, apply_feature_map
-from kmipgt.grf.features import GRFMaskPattern, grf_mask
-from kmipgt.grf.sparse import sampled_dot, sparse_dense_matmul
+from kmipgt.grf.features import GRFMaskPattern, feature_values, grf_mask_values
+from kmipgt.grf.sparse import CSRPattern, sampled_dot, sparse_dense_matmul
 
 __all__ = ["asymmetric_masked_attention", "linear_attention", "masked_linear_attention"]
 
@@ -168,9 +168,11 @@ def masked_linear_attention(
         if feature_map not in FEATURE_MAPS:
             raise ValueError(f"`feature_map` must be one of {FEATURE_MAPS}, got {feature_map!r}")
         graph = _graph_index(n, ptr, batch, query.device) if global_weight > 0 else None
-        mask = grf_mask(features, mask_pattern)
+        mask = grf_mask_values(feature_values(features, mask_pattern), mask_pattern)
+        weights = mask.expand(heads, -1).reshape(-1)
+        block = mask_pattern.block_pattern(heads)
         return _edge_list_attention(
-            query, key, value, mask, feature_map, projection, None, global_weight, graph, eps
+            query, key, value, block, weights, feature_map, projection, None, global_weight, graph, eps
         )
     phi_q = _head_major(apply_feature_map(query, feature_map, projection=projection, is_query=True))
     phi_k = _head_major(apply_feature_map(key, feature_map, projection=projection, is_query=False))
@@ -215,7 +217,8 @@ def _edge_list_attention(
     query: Tensor,
     key: Tensor,
     value: Tensor,
-    mask: Tensor,
+    block: Tensor | CSRPattern,
+    weights: Tensor,
     score: str,
     projection: Tensor | None,
     scale: float | None,
@@ -224,9 +227,10 @@ def _edge_list_attention(
     eps: float,
 ) -> Tensor:
     """``Σ_j mask_ij A_ij [v_j, 1]`` over the stored entries: one SDDMM for ``A`` and one SpMM, all heads
-    at once through the block-diagonal layout. O(nnz · (d + d_v)) time, O(nnz) extra memory."""
+    at once through the block-diagonal ``[H·N, H·N]`` layout ``block`` with mask values ``weights``.
+    O(nnz · (d + d_v)) time, O(nnz) extra memory."""
     n, heads, dim = query.shape
-    indices, weights = _block_diagonal(mask, heads, n)
+    indices = block if isinstance(block, CSRPattern) else CSRPattern.from_indices(block, heads * n)
     if bool((weights < 0).any()):
         raise ValueError("the mask (`features`) must be non-negative (keep f >= 0, e.g. with softplus)")
     value1 = _head_major(F.pad(value, (0, 1), value=1.0))
@@ -238,7 +242,7 @@ def _edge_list_attention(
         logits = logits * (dim**-0.5 if scale is None else scale)
         tiny = torch.finfo(weights.dtype).tiny
         logits = torch.where(weights > 0, logits + torch.log(weights.clamp_min(tiny)), float("-inf"))
-        row = indices[0]
+        row = indices.row
         row_max = logits.new_full((heads * n,), float("-inf")).scatter_reduce(
             0, row, logits.detach(), reduce="amax"
         )
@@ -300,6 +304,7 @@ def asymmetric_masked_attention(
     if score == "softmax" and global_weight > 0:
         raise ValueError("`global_weight > 0` needs a feature-map `score`; with softmax it is full attention")
     graph = _graph_index(n, ptr, batch, query.device) if global_weight > 0 else None
+    block, weights = _block_diagonal(features, heads, n)
     return _edge_list_attention(
-        query, key, value, features, score, projection, scale, global_weight, graph, eps
+        query, key, value, block, weights, score, projection, scale, global_weight, graph, eps
     )

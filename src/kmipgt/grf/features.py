@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
+from kmipgt.grf.sparse import CSRPattern
 from kmipgt.grf.walks import GRFWalks
 
-__all__ = ["GRFMaskPattern", "grf_features", "grf_mask", "grf_mask_pattern"]
+__all__ = ["GRFMaskPattern", "grf_features", "grf_mask", "grf_mask_pattern", "grf_mask_values"]
 
 
 def grf_features(walks: GRFWalks, f: Tensor) -> Tensor:
@@ -76,10 +77,22 @@ class GRFMaskPattern:
     right: Tensor
     entry: Tensor
 
+    _block_patterns: dict = field(default_factory=dict, compare=False, repr=False)
+
     @property
     def nnz(self) -> int:
         """Nonzeros of ``M̂``."""
         return int(self.indices.shape[1])
+
+    def block_pattern(self, heads: int) -> CSRPattern:
+        """CSR pattern of ``M̂`` repeated on the diagonal of an ``[H·N, H·N]`` matrix (cached per H)."""
+        if heads not in self._block_patterns:
+            offset = (
+                torch.arange(heads, device=self.indices.device).repeat_interleave(self.nnz) * self.num_nodes
+            )
+            block = self.indices.repeat(1, heads) + offset
+            self._block_patterns[heads] = CSRPattern.from_indices(block, heads * self.num_nodes)
+        return self._block_patterns[heads]
 
 
 def grf_mask_pattern(walks: GRFWalks) -> GRFMaskPattern:
@@ -119,20 +132,9 @@ def grf_mask(features: Tensor, pattern: GRFMaskPattern) -> Tensor:
     Returns:
         Coalesced sparse COO ``[N, N]`` or ``[H, N, N]`` with ``pattern.nnz`` nonzeros per head.
     """
-    if not isinstance(pattern, GRFMaskPattern):
-        raise TypeError(f"`pattern` must be a GRFMaskPattern, got {type(pattern).__name__}")
-    if not isinstance(features, Tensor) or features.layout != torch.sparse_coo:
-        raise TypeError("`features` must be a sparse COO tensor from grf_features")
-    n, p = pattern.num_nodes, pattern.num_features
-    heads = features.shape[0] if features.dim() == 3 else 1
-    if features.shape[-2:] != (n, n) or features._nnz() != heads * p:
-        raise ValueError(
-            f"`features` must come from the walks of `pattern`: [N, N] or [H, N, N] with N={n} and {p} "
-            f"nonzeros per head, got shape {tuple(features.shape)} with {features._nnz()} nonzeros"
-        )
-    values = features.coalesce().values().view(heads, p)
-    products = values[:, pattern.left] * values[:, pattern.right]
-    mask = products.new_zeros(heads, pattern.nnz).index_add(1, pattern.entry, products)
+    n = pattern.num_nodes
+    mask = grf_mask_values(feature_values(features, pattern), pattern)
+    heads = mask.shape[0]
     if features.dim() == 2:
         return torch.sparse_coo_tensor(
             pattern.indices, mask[0], (n, n), is_coalesced=True, check_invariants=False
@@ -142,3 +144,25 @@ def grf_mask(features: Tensor, pattern: GRFMaskPattern) -> Tensor:
     return torch.sparse_coo_tensor(
         indices, mask.flatten(), (heads, n, n), is_coalesced=True, check_invariants=False
     )
+
+
+def grf_mask_values(feature_values: Tensor, pattern: GRFMaskPattern) -> Tensor:
+    """``[H, M]`` values of ``M̂`` at ``pattern.indices`` from the ``[H, P]`` values of ``Φ̂``."""
+    products = feature_values[:, pattern.left] * feature_values[:, pattern.right]
+    return products.new_zeros(feature_values.shape[0], pattern.nnz).index_add(1, pattern.entry, products)
+
+
+def feature_values(features: Tensor, pattern: GRFMaskPattern) -> Tensor:
+    """``[H, P]`` values of a ``grf_features`` output (H = 1 for ``[N, N]``), checked against ``pattern``."""
+    if not isinstance(pattern, GRFMaskPattern):
+        raise TypeError(f"`pattern` must be a GRFMaskPattern, got {type(pattern).__name__}")
+    if not isinstance(features, Tensor) or features.layout != torch.sparse_coo:
+        raise TypeError("`features` must be a sparse COO tensor from grf_features")
+    n, p = pattern.num_nodes, pattern.num_features
+    heads = features.shape[0] if features.dim() == 3 else 1
+    if features.dim() not in (2, 3) or features.shape[-2:] != (n, n) or features._nnz() != heads * p:
+        raise ValueError(
+            f"`features` must come from the walks of `pattern`: [N, N] or [H, N, N] with N={n} and {p} "
+            f"nonzeros per head, got shape {tuple(features.shape)} with {features._nnz()} nonzeros"
+        )
+    return features.coalesce().values().view(heads, p)
