@@ -27,14 +27,14 @@ def orthogonal_random_features(
     """
     if num_features < 1 or dim < 1:
         raise ValueError(f"`num_features` and `dim` must be positive, got {num_features} and {dim}")
-    blocks = []
-    for _ in range(math.ceil(num_features / dim)):
-        gaussian = torch.randn(dim, dim, generator=generator, device=device, dtype=dtype)
-        q, r = torch.linalg.qr(gaussian)
-        # Householder QR leaves the signs of diag(R) arbitrary; fixing them makes Q Haar-distributed,
-        # without which the directions are biased and FAVOR+ is no longer unbiased.
-        blocks.append((q * torch.sign(torch.diagonal(r))).T)
-    directions = torch.cat(blocks)[:num_features]
+    num_blocks = math.ceil(num_features / dim)
+    gaussian = torch.randn(num_blocks, dim, dim, generator=generator, device=device, dtype=dtype)
+    q, r = torch.linalg.qr(gaussian)
+    # Householder QR leaves the signs of diag(R) arbitrary; fixing them makes Q Haar-distributed,
+    # without which the directions are biased and FAVOR+ is no longer unbiased.
+    q = q * torch.sign(torch.diagonal(r, dim1=-2, dim2=-1))[:, None, :]
+    blocks = q.transpose(1, 2).reshape(num_blocks * dim, dim)
+    directions = blocks[:num_features]
     norms = torch.randn(num_features, dim, generator=generator, device=device, dtype=dtype).norm(dim=1)
     return directions * norms[:, None]
 
