@@ -102,9 +102,9 @@ def _key_value_outer(phi_k: Tensor, value1: Tensor) -> Tensor:
 
 
 def _block_diagonal(features: Tensor, heads: int, n: int) -> tuple[Tensor, Tensor]:
-    """``Φ̂`` of every head as one block-diagonal ``[H·N, H·N]`` matrix: ``(indices [2, nnz], values)``.
-
-    All heads then go through two sparse products; rows stay sorted, as the products need.
+    """A sparse ``[N, N]`` (shared) or ``[H, N, N]`` as one block-diagonal ``[H·N, H·N]`` matrix:
+    ``(indices [2, nnz], values)``, so every sparse product serves all heads at once. Rows stay sorted,
+    as the products need.
     """
     if features.dim() == 3:
         head, row, col = features.indices()
