@@ -164,3 +164,32 @@ def test_bad_inputs_are_rejected():
     assert isinstance(walks, GRFWalks)
     with pytest.raises(ValueError, match="max_len"):
         grf_features(walks, torch.ones(5))
+
+
+def _feature_variance(p_halt: float, seeds: int, **scheme) -> float:
+    grid = nx.convert_node_labels_to_integers(nx.grid_2d_graph(5, 5))
+    f = torch.tensor([1.0, 0.8, 0.6, 0.4, 0.2], dtype=torch.float64)
+    samples = [
+        grf_features(
+            sample_walks(
+                _edge_index(grid),
+                25,
+                num_walks=4,
+                p_halt=p_halt,
+                max_len=4,
+                seed=s,
+                dtype=torch.float64,
+                **scheme,
+            ),
+            f,
+        )
+        .to_dense()
+        .numpy()
+        for s in range(seeds)
+    ]
+    return float(np.stack(samples).var(axis=0).sum())
+
+
+def test_repelling_and_antithetic_walks_reduce_variance():
+    assert _feature_variance(0.3, 100, repelling=True) < 0.85 * _feature_variance(0.3, 100)
+    assert _feature_variance(0.5, 100, antithetic=True) < 0.97 * _feature_variance(0.5, 100)
