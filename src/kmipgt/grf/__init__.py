@@ -8,11 +8,12 @@ learnable graph masks ``M = Σ_k α_k W^k`` applied to linear attention in O(N) 
 from kmipgt.grf.attention import asymmetric_masked_attention, linear_attention, masked_linear_attention
 from kmipgt.grf.feature_maps import FEATURE_MAPS, apply_feature_map, orthogonal_random_features
 from kmipgt.grf.features import GRFMaskPattern, grf_features, grf_mask, grf_mask_pattern
-from kmipgt.grf.sparse import sampled_dot, sparse_dense_matmul
+from kmipgt.grf.sparse import CSRPattern, sampled_dot, sparse_dense_matmul
 from kmipgt.grf.walks import GRFWalks, sample_walks
 
 __all__ = [
     "FEATURE_MAPS",
+    "CSRPattern",
     "GRFMaskPattern",
     "GRFWalks",
     "apply_feature_map",
