@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 
@@ -118,6 +119,55 @@ def _add_data(commands: argparse._SubParsersAction) -> None:
     synthetic.set_defaults(handler=_data_synthetic)
 
 
+def _bench_grf(args: argparse.Namespace) -> int:
+    from kmipgt.bench.grf import GRFBenchConfig, run_grf_benchmark
+
+    config = GRFBenchConfig(
+        n_min=args.n_min,
+        n_max=args.n_max,
+        heads=args.heads,
+        head_channels=args.head_channels,
+        num_walks=args.num_walks,
+        p_halt=args.p_halt,
+        max_len=args.max_len,
+        feature_map=args.feature_map,
+        dense_max=args.dense_max,
+        repeats=args.repeats,
+        threads=args.threads,
+        seed=args.seed,
+    )
+    result = run_grf_benchmark(config, args.out)
+    for record in result["records"]:
+        if "error" in record:
+            print(f"{record['method']:>12} N={record['num_nodes']:>7}  {record['error']}")
+        else:
+            print(
+                f"{record['method']:>12} N={record['num_nodes']:>7}  {record['seconds_min']:.4f} s  "
+                f"{record['peak_bytes'] / 2**20:9.1f} MiB"
+            )
+    print(json.dumps(result["summary"], indent=2))
+    print(f"wrote {args.out}/grf.json and {args.out}/grf.png")
+    return 0
+
+
+def _add_bench_grf(bench: argparse._SubParsersAction) -> None:
+    parser = bench.add_parser("grf", help="GRF-masked attention: time and memory vs N on 2-D grids")
+    parser.add_argument("--n-min", type=int, default=2**10, help="smallest N (power of two)")
+    parser.add_argument("--n-max", type=int, default=2**18, help="largest N (power of two)")
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--head-channels", type=int, default=16)
+    parser.add_argument("--num-walks", type=int, default=4)
+    parser.add_argument("--p-halt", type=float, default=0.5)
+    parser.add_argument("--max-len", type=int, default=8)
+    parser.add_argument("--feature-map", default="relu", choices=["relu", "elu"])
+    parser.add_argument("--dense-max", type=int, default=2**13, help="largest N for the dense-mask baseline")
+    parser.add_argument("--repeats", type=int, default=3, help="timed forwards per point (median reported)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per measurement")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="bench-out/grf", help="folder for grf.json and grf.png")
+    parser.set_defaults(handler=_bench_grf)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kmipgt", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -125,6 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="benchmark", required=True
     )
     _add_bench_attention(bench)
+    _add_bench_grf(bench)
     _add_data(commands)
     return parser
 
