@@ -85,8 +85,14 @@ def _data_synthetic(args: argparse.Namespace) -> int:
     from kmipgt.data.synthetic_city import synthetic_city
 
     start = time.perf_counter()
-    data = synthetic_city(args.num_nodes, args.seed, arterial_fraction=args.arterial_fraction,
-                          labels=not args.no_labels, hops=args.hops, num_workers=args.workers)
+    data = synthetic_city(
+        args.num_nodes,
+        args.seed,
+        arterial_fraction=args.arterial_fraction,
+        labels=not args.no_labels,
+        hops=args.hops,
+        num_workers=args.workers,
+    )
     elapsed = time.perf_counter() - start
     for key, value in graph_summary(data).items():
         print(f"{key}: {value}")
@@ -99,8 +105,9 @@ def _data_synthetic(args: argparse.Namespace) -> int:
 
 
 def _add_data(commands: argparse._SubParsersAction) -> None:
-    data = commands.add_parser("data", help="offline datasets").add_subparsers(dest="data_command",
-                                                                               required=True)
+    data = commands.add_parser("data", help="offline datasets").add_subparsers(
+        dest="data_command", required=True
+    )
     info = data.add_parser("info", help="load a dataset and print its statistics")
     info.add_argument("name", help="minnesota | synthetic | digits | paris | shanghai | la | london")
     info.add_argument("--root", type=Path, default=None, help="directory of a local City-Networks copy")
@@ -110,8 +117,12 @@ def _add_data(commands: argparse._SubParsersAction) -> None:
     synthetic = data.add_parser("synthetic", help="generate (and label) a synthetic city")
     synthetic.add_argument("--num-nodes", type=int, required=True)
     synthetic.add_argument("--seed", type=int, default=0)
-    synthetic.add_argument("--arterial-fraction", type=float, default=1e-3,
-                           help="hubs per node of the arterial network (smaller -> larger hop diameter)")
+    synthetic.add_argument(
+        "--arterial-fraction",
+        type=float,
+        default=1e-3,
+        help="hubs per node of the arterial network (smaller -> larger hop diameter)",
+    )
     synthetic.add_argument("--hops", type=int, default=16, help="ball radius of the labels")
     synthetic.add_argument("--no-labels", action="store_true", help="skip the (slow) eccentricity labels")
     synthetic.add_argument("--workers", type=int, default=None, help="label worker processes (default: all)")

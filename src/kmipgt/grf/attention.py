@@ -22,6 +22,7 @@ from torch import Tensor
 from kmipgt.grf.feature_maps import FEATURE_MAPS, apply_feature_map
 from kmipgt.grf.features import GRFMaskPattern, feature_values, grf_mask_values
 from kmipgt.grf.sparse import CSRPattern, sampled_dot, sparse_dense_matmul
+from kmipgt.ops.ragged import graph_ptr
 
 __all__ = ["asymmetric_masked_attention", "linear_attention", "masked_linear_attention"]
 
@@ -59,22 +60,8 @@ def _check_features(features: Tensor, num_nodes: int, heads: int) -> Tensor:
 
 def _graph_index(num_nodes: int, ptr: Tensor | None, batch: Tensor | None, device: torch.device) -> Tensor:
     """``[N]`` graph id per node from ``ptr`` ``[G + 1]`` or sorted ``batch`` ``[N]`` (neither: one graph)."""
-    if ptr is not None:
-        ptr = ptr.to(device).long()
-        if ptr.dim() != 1 or ptr.numel() < 2 or int(ptr[0]) != 0 or int(ptr[-1]) != num_nodes:
-            raise ValueError(f"`ptr` must be [G + 1] offsets from 0 to N={num_nodes}")
-        counts = ptr.diff()
-        if bool((counts < 0).any()):
-            raise ValueError("`ptr` must be non-decreasing")
-        return torch.repeat_interleave(torch.arange(counts.numel(), device=device), counts)
-    if batch is not None:
-        batch = batch.to(device).long()
-        if batch.shape != (num_nodes,):
-            raise ValueError(f"`batch` must have shape [{num_nodes}], got {tuple(batch.shape)}")
-        if num_nodes and (int(batch.min()) < 0 or bool((batch[1:] < batch[:-1]).any())):
-            raise ValueError("`batch` must be sorted non-negative graph ids, as PyG's Batch.batch")
-        return batch
-    return torch.zeros(num_nodes, dtype=torch.long, device=device)
+    counts = graph_ptr(num_nodes, ptr=ptr, batch=batch).diff()
+    return torch.repeat_interleave(torch.arange(counts.numel()), counts).to(device)
 
 
 def _head_major(x: Tensor) -> Tensor:

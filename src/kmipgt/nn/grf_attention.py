@@ -17,6 +17,7 @@ from kmipgt.grf import (
     orthogonal_random_features,
     sample_walks,
 )
+from kmipgt.ops.ragged import graph_ptr
 
 __all__ = ["GRFAttention"]
 
@@ -217,7 +218,7 @@ class GRFAttention(torch.nn.Module):
         if x.dim() != 2 or x.shape[1] != self.channels:
             raise ValueError(f"`x` must have shape [N, {self.channels}], got {tuple(x.shape)}")
         n = x.shape[0]
-        ptr = _ptr_from_batch(batch, n) if batch is not None else None
+        ptr = graph_ptr(n, batch=batch) if batch is not None else None
         features = grf_features(self.walks(edge_index, n, ptr), self.f.to(x.dtype))
         shape = (n, self.heads, self.head_channels)
         q, k, v = self.q(x).view(shape), self.k(x).view(shape), self.v(x).view(shape)
@@ -253,13 +254,3 @@ class GRFAttention(torch.nn.Module):
             f"max_len={self.max_len}, feature_map={self.feature_map!r}, form={self.form!r}, "
             f"global_weight={self.global_weight})"
         )
-
-
-def _ptr_from_batch(batch: Tensor, num_nodes: int) -> Tensor:
-    if batch.shape != (num_nodes,):
-        raise ValueError(f"`batch` must have shape [{num_nodes}], got {tuple(batch.shape)}")
-    batch = batch.long()
-    if num_nodes and (int(batch.min()) < 0 or bool((batch[1:] < batch[:-1]).any())):
-        raise ValueError("`batch` must be sorted non-negative graph ids, as PyG's Batch.batch")
-    counts = torch.bincount(batch, minlength=int(batch.max()) + 1 if num_nodes else 1)
-    return torch.cat([counts.new_zeros(1), counts.cumsum(0)])
