@@ -70,7 +70,6 @@ def graph_summary(data: Data) -> dict[str, object]:
         summary["mean_edge_length_m"] = round(float(data.edge_length.mean()), 2)
     if "eccentricity" in data:
         ecc = data.eccentricity
-        summary["eccentricity_m_min_median_max"] = [
-            round(float(v), 1) for v in (ecc.min(), ecc.median(), ecc.max())
-        ]
+        summary["eccentricity_m_min_median_max"] = [round(float(v), 1) for v in
+                                                    (ecc.min(), ecc.median(), ecc.max())]
     return summary

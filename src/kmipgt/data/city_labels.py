@@ -186,17 +186,14 @@ def _check_graph(edge_index, edge_length, num_nodes: int) -> tuple[np.ndarray, n
     if not isinstance(num_nodes, int | np.integer) or num_nodes < 0:
         raise ValueError(f"num_nodes must be a non-negative int, got {num_nodes!r}")
     if edge_index.ndim != 2 or edge_index.shape[0] != 2 or not np.issubdtype(edge_index.dtype, np.integer):
-        raise ValueError(
-            f"edge_index must be an integer array of shape [2, E], got {edge_index.dtype} {edge_index.shape}"
-        )
+        raise ValueError(f"edge_index must be an integer array of shape [2, E], got {edge_index.dtype} "
+                         f"{edge_index.shape}")
     if edge_length.shape != (edge_index.shape[1],):
-        raise ValueError(
-            f"edge_length must have shape [E] = ({edge_index.shape[1]},), got {edge_length.shape}"
-        )
+        raise ValueError(f"edge_length must have shape [E] = ({edge_index.shape[1]},), "
+                         f"got {edge_length.shape}")
     if edge_index.size and (edge_index.min() < 0 or edge_index.max() >= num_nodes):
-        raise ValueError(
-            f"edge_index entries must lie in [0, {num_nodes}), got [{edge_index.min()}, {edge_index.max()}]"
-        )
+        raise ValueError(f"edge_index entries must lie in [0, {num_nodes}), got [{edge_index.min()}, "
+                         f"{edge_index.max()}]")
     if not np.all(np.isfinite(edge_length)) or (edge_length.size and edge_length.min() < 0):
         raise ValueError("edge_length must be finite and >= 0 (road length in metres)")
     return edge_index.astype(np.int64), edge_length

@@ -129,15 +129,12 @@ def load_city_network(
     else:
         x, edge_index = files.load(FEATURE_FILES[augmented]), files.load(EDGE_FILE)
         stored_y = files.load(LABEL_FILE) if files.has(LABEL_FILE) else None
-        stored_masks = {
-            key: files.load(file) if files.has(file) else None for key, file in MASK_FILES.items()
-        }
+        stored_masks = {key: files.load(file) if files.has(file) else None
+                        for key, file in MASK_FILES.items()}
     num_nodes = x.size(0)
     if name in CITY_NUM_NODES and num_nodes != CITY_NUM_NODES[name]:
-        raise ValueError(
-            f"{name} has {CITY_NUM_NODES[name]} nodes in the released data, but the copy under "
-            f"{root} has {num_nodes}: wrong or truncated files"
-        )
+        raise ValueError(f"{name} has {CITY_NUM_NODES[name]} nodes in the released data, but the copy under "
+                         f"{root} has {num_nodes}: wrong or truncated files")
     if labels == "file" and stored_y is None:
         raise FileNotFoundError(f"labels='file' but the copy under {root} has no {LABEL_FILE}")
     compute = labels == "compute" or stored_y is None
@@ -145,15 +142,8 @@ def load_city_network(
     lonlat = x[:, :2].double().numpy()
     src, dst = edge_index.numpy()
     edge_length = torch.from_numpy(haversine_metres(lonlat[src], lonlat[dst]))
-    data = road_network_data(
-        x.float(),
-        edge_index,
-        edge_length,
-        labels=compute,
-        num_workers=num_workers,
-        progress=progress,
-        name=name,
-    )
+    data = road_network_data(x.float(), edge_index, edge_length, labels=compute, num_workers=num_workers,
+                             progress=progress, name=name)
     if not compute:
         data.y = stored_y.long().view(-1)
         if data.y.numel() != num_nodes:
@@ -184,9 +174,8 @@ class CityNetworks(InMemoryDataset):
     ) -> None:
         super().__init__(None, transform)
         self.name = name.lower()
-        data = load_city_network(
-            root, name, augmented=augmented, labels=labels, num_workers=num_workers, progress=progress
-        )
+        data = load_city_network(root, name, augmented=augmented, labels=labels, num_workers=num_workers,
+                                 progress=progress)
         self._data, self.slices = self.collate([data])
 
     def __repr__(self) -> str:

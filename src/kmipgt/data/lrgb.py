@@ -31,40 +31,21 @@ from tqdm.auto import tqdm
 
 from kmipgt.data import cache
 
-LRGB_NAMES = {
-    name.lower(): name
-    for name in ("Peptides-func", "Peptides-struct", "PascalVOC-SP", "COCO-SP", "PCQM-Contact")
-}
+LRGB_NAMES = {name.lower(): name for name in ("Peptides-func", "Peptides-struct", "PascalVOC-SP", "COCO-SP",
+                                               "PCQM-Contact")}
 SPLITS = ("train", "val", "test")
 PEPTIDES_STRUCT_TARGETS = (
-    "Inertia_mass_a",
-    "Inertia_mass_b",
-    "Inertia_mass_c",
-    "Inertia_valence_a",
-    "Inertia_valence_b",
-    "Inertia_valence_c",
-    "length_a",
-    "length_b",
-    "length_c",
-    "Spherocity",
-    "Plane_best_fit",
+    "Inertia_mass_a", "Inertia_mass_b", "Inertia_mass_c", "Inertia_valence_a", "Inertia_valence_b",
+    "Inertia_valence_c", "length_a", "length_b", "length_c", "Spherocity", "Plane_best_fit",
 )
 # Original LRGB release files: (folder, csv, csv MD5, split pickle, pickle MD5 or None when unpublished here).
 ORIGINAL_PEPTIDES = {
-    "peptides-func": (
-        "peptides-functional",
-        "peptide_multi_class_dataset.csv.gz",
-        "701eb743e899f4d793f0e13c8fa5a1b4",
-        "splits_random_stratified_peptide.pickle",
-        "5a0114bdadc80b94fc7ae974f13ef061",
-    ),
-    "peptides-struct": (
-        "peptides-structural",
-        "peptide_structure_normalized_dataset.csv.gz",
-        "c240c1c15466b5c907c63e180fa8aa89",
-        "splits_random_stratified_peptide_structure.pickle",
-        None,
-    ),
+    "peptides-func": ("peptides-functional", "peptide_multi_class_dataset.csv.gz",
+                      "701eb743e899f4d793f0e13c8fa5a1b4", "splits_random_stratified_peptide.pickle",
+                      "5a0114bdadc80b94fc7ae974f13ef061"),
+    "peptides-struct": ("peptides-structural", "peptide_structure_normalized_dataset.csv.gz",
+                        "c240c1c15466b5c907c63e180fa8aa89",
+                        "splits_random_stratified_peptide_structure.pickle", None),
 }
 
 
@@ -132,14 +113,10 @@ def convert_original_peptides(
     graphs = []
     for row in tqdm(rows, desc=f"{key}: SMILES to graphs", unit="graph"):
         graph = smiles2graph(row["smiles"])
-        graphs.append(
-            (
-                torch.from_numpy(graph["node_feat"]).long(),
-                torch.from_numpy(graph["edge_feat"]).long(),
-                torch.from_numpy(graph["edge_index"]).long(),
-                _peptides_targets(row, key),
-            )
-        )
+        graphs.append((
+            torch.from_numpy(graph["node_feat"]).long(), torch.from_numpy(graph["edge_feat"]).long(),
+            torch.from_numpy(graph["edge_index"]).long(), _peptides_targets(row, key),
+        ))
     raw_dir = out_root / key / "raw"
     raw_dir.mkdir(parents=True, exist_ok=True)
     for split in SPLITS:
@@ -189,10 +166,8 @@ def _from_original(csv_path, split_path, key, split, transform, smiles2graph, ve
     if verify_md5:
         for path, expected in ((csv_path, csv_md5), (split_path, split_md5)):
             if expected is not None and _md5(path) != expected:
-                raise ValueError(
-                    f"{path} has MD5 {_md5(path)}, expected {expected} (the LRGB release); "
-                    "pass verify_md5=False to use a modified copy"
-                )
+                raise ValueError(f"{path} has MD5 {_md5(path)}, expected {expected} (the LRGB release); "
+                                 "pass verify_md5=False to use a modified copy")
     converted = hashlib.sha256(csv_path.read_bytes() + split_path.read_bytes()).hexdigest()[:32]
     out_root = cache.cache_dir() / "lrgb" / converted
     if not _pyg_layout_present(out_root, key)[0]:

@@ -63,13 +63,6 @@ def minnesota(
     degree, mean_length = degree_and_mean_length(edge_index, edge_length, num_nodes)
     x = torch.cat([torch.from_numpy(coords), degree[:, None], mean_length[:, None]], dim=1).float()
     return road_network_data(
-        x,
-        edge_index,
-        edge_length,
-        hops=hops,
-        num_classes=num_classes,
-        use_cache=use_cache,
-        progress=progress,
-        pos=torch.from_numpy(coords),
-        name="minnesota",
+        x, edge_index, edge_length, hops=hops, num_classes=num_classes, use_cache=use_cache,
+        progress=progress, pos=torch.from_numpy(coords), name="minnesota",
     )

@@ -52,9 +52,8 @@ def _row_dot(left: sp.csr_matrix, right: sp.csr_matrix) -> np.ndarray:
     return np.asarray(left.multiply(right).sum(axis=1)).ravel()
 
 
-def random_walk_se(
-    edge_index: torch.Tensor, num_nodes: int, walk_length: int, *, block_size: int = 65536
-) -> torch.Tensor:
+def random_walk_se(edge_index: torch.Tensor, num_nodes: int, walk_length: int, *,
+                   block_size: int = 65536) -> torch.Tensor:
     """Random-walk return probabilities ``[N, walk_length]`` (float32); column ``t-1`` is ``(P^t)_ii``."""
     if walk_length < 1:
         raise ValueError(f"walk_length must be >= 1, got {walk_length}")
@@ -76,9 +75,8 @@ def random_walk_se(
     return torch.from_numpy(out).float()
 
 
-def laplacian_pe(
-    edge_index: torch.Tensor, num_nodes: int, k: int, *, tol: float = 1e-8, seed: int = 0
-) -> tuple[torch.Tensor, torch.Tensor]:
+def laplacian_pe(edge_index: torch.Tensor, num_nodes: int, k: int, *, tol: float = 1e-8,
+                 seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """Eigenvectors ``[N, k]`` and eigenvalues ``[k]`` (float32) of ``L_sym``, skipping the smallest one.
 
     Columns beyond ``N - 1`` (graphs with fewer than ``k + 1`` nodes) are zero, as are their eigenvalues.
@@ -120,9 +118,8 @@ class RandomWalkSE(BaseTransform):
         self.walk_length, self.attr_name, self.block_size = walk_length, attr_name, block_size
 
     def forward(self, data: Data) -> Data:
-        data[self.attr_name] = random_walk_se(
-            data.edge_index, data.num_nodes, self.walk_length, block_size=self.block_size
-        )
+        data[self.attr_name] = random_walk_se(data.edge_index, data.num_nodes, self.walk_length,
+                                              block_size=self.block_size)
         return data
 
     def __repr__(self) -> str:

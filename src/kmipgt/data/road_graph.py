@@ -77,23 +77,12 @@ def road_network_data(
     With ``labels=False`` the (expensive) eccentricity labels and the masks are left out.
     """
     num_nodes = x.size(0)
-    data = Data(
-        x=x,
-        edge_index=edge_index,
-        edge_length=edge_length.to(torch.float64),
-        num_nodes=num_nodes,
-        **attributes,
-    )
+    data = Data(x=x, edge_index=edge_index, edge_length=edge_length.to(torch.float64), num_nodes=num_nodes,
+                **attributes)
     if labels:
         data.eccentricity, data.y = eccentricity_labels(
-            edge_index,
-            data.edge_length,
-            num_nodes,
-            hops,
-            num_classes,
-            num_workers=num_workers,
-            use_cache=use_cache,
-            progress=progress,
+            edge_index, data.edge_length, num_nodes, hops, num_classes,
+            num_workers=num_workers, use_cache=use_cache, progress=progress,
         )
         data.train_mask, data.val_mask, data.test_mask = random_split_masks(num_nodes)
     return data

@@ -17,10 +17,8 @@ def random_split_masks(
     if num_nodes < 0:
         raise ValueError(f"num_nodes must be >= 0, got {num_nodes}")
     if min(train_fraction, val_fraction) < 0.0 or train_fraction + val_fraction > 1.0:
-        raise ValueError(
-            "train_fraction and val_fraction must be >= 0 with sum <= 1, "
-            f"got {train_fraction}, {val_fraction}"
-        )
+        raise ValueError("train_fraction and val_fraction must be >= 0 with sum <= 1, "
+                         f"got {train_fraction}, {val_fraction}")
     perm = torch.from_numpy(np.random.RandomState(seed).permutation(num_nodes))
     num_train = int(num_nodes * train_fraction)
     num_val = int(num_nodes * val_fraction)
@@ -43,10 +41,8 @@ def index_to_mask(index: torch.Tensor, num_nodes: int, name: str = "index") -> t
         raise ValueError(f"{name}: expected a boolean mask or a 1-D integer index tensor, got {index.dtype}")
     index = index.long()
     if index.numel() and (int(index.min()) < 0 or int(index.max()) >= num_nodes):
-        raise ValueError(
-            f"{name}: indices must lie in [0, {num_nodes}), got range "
-            f"[{int(index.min())}, {int(index.max())}]"
-        )
+        raise ValueError(f"{name}: indices must lie in [0, {num_nodes}), got range "
+                         f"[{int(index.min())}, {int(index.max())}]")
     mask = torch.zeros(num_nodes, dtype=torch.bool)
     mask[index] = True
     return mask

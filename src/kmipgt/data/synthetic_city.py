@@ -31,31 +31,15 @@ from torch_geometric.data import Data
 from kmipgt.data.road_graph import road_network_data
 
 HIGHWAY_CLASSES = (
-    "motorway",
-    "trunk",
-    "primary",
-    "secondary",
-    "tertiary",
-    "residential",
-    "service",
-    "others",
+    "motorway", "trunk", "primary", "secondary", "tertiary", "residential", "service", "others",
 )
 LANE_CLASSES = ("1", "2", "3", "4", "5", "6", "7", "8", "others")
 SYNTHETIC_CITY_FEATURES = (
-    "x_m",
-    "y_m",
-    "street_count",
-    *(f"landuse_{zone}" for zone in range(8)),
-    "landuse_others",
-    "length_m",
-    "speed_kph",
-    "oneway_false",
-    "oneway_true",
-    "oneway_others",
+    "x_m", "y_m", "street_count",
+    *(f"landuse_{zone}" for zone in range(8)), "landuse_others",
+    "length_m", "speed_kph", "oneway_false", "oneway_true", "oneway_others",
     *(f"lanes_{lanes}" for lanes in LANE_CLASSES),
-    "reversed_false",
-    "reversed_true",
-    "reversed_others",
+    "reversed_false", "reversed_true", "reversed_others",
     *(f"highway_{name}" for name in HIGHWAY_CLASSES),
 )
 _CUL_DE_SAC_SHARE = 0.22 / 1.22  # leaves make up ~18% of nodes, as in real cities (deg-1 share .18-.23)
@@ -158,9 +142,8 @@ def _contract_degree2_chains(
     inner = through[edges]
     kept_edges = ~inner.any(axis=0)
     both_inner = inner.all(axis=0)
-    chain_graph = coo_matrix(
-        (np.ones(int(both_inner.sum())), tuple(edges[:, both_inner])), shape=(num_nodes, num_nodes)
-    )
+    chain_graph = coo_matrix((np.ones(int(both_inner.sum())), tuple(edges[:, both_inner])),
+                             shape=(num_nodes, num_nodes))
     _, chain = connected_components(chain_graph, directed=False)
     # Every edge touching a degree-2 node belongs to that node's chain.
     touching = ~kept_edges
@@ -225,25 +208,17 @@ def _edge_features(rng: np.random.Generator, lengths: np.ndarray, highway: np.nd
     """The 25 City-Networks-like edge columns ``[E, 25]`` of undirected roads with highway classes ``[E]``."""
     num_edges = lengths.size
     is_arterial = highway <= 2
-    speed = np.select(
-        [is_arterial, highway == 3, highway == 4], [rng.uniform(50, 70, num_edges), 50.0, 40.0], 30.0
-    )
+    speed = np.select([is_arterial, highway == 3, highway == 4], [rng.uniform(50, 70, num_edges), 50.0, 40.0],
+                      30.0)
     oneway = np.where(is_arterial, 0, rng.choice(3, size=num_edges, p=[0.78, 0.20, 0.02]))
     lanes = np.where(is_arterial, rng.integers(1, 4, num_edges), rng.choice(2, num_edges, p=[0.8, 0.2]))
     lanes = np.where(rng.random(num_edges) < 0.1, 8, lanes)  # unknown lane count -> "others"
     # City-Networks averages both directions of a road, so a two-way road is half "reversed".
     reversed_columns = np.where((oneway == 1)[:, None], [1.0, 0.0, 0.0], [0.5, 0.5, 0.0])
-    return np.concatenate(
-        [
-            lengths[:, None],
-            speed[:, None],
-            np.eye(3)[oneway],
-            np.eye(9)[lanes],
-            reversed_columns,
-            np.eye(8)[highway],
-        ],
-        axis=1,
-    )
+    return np.concatenate([
+        lengths[:, None], speed[:, None], np.eye(3)[oneway], np.eye(9)[lanes], reversed_columns,
+        np.eye(8)[highway],
+    ], axis=1)
 
 
 def _local_highway_classes(rng: np.random.Generator, num_edges: int) -> np.ndarray:
@@ -315,21 +290,11 @@ def synthetic_city(
     sort = torch.argsort(edge_index[0] * num_nodes + edge_index[1])
     sym_index = edge_index[:, sort]
     directed_features = torch.cat([edge_features, edge_features])[sort]
-    x = torch.cat(
-        [_node_features(rng, pos, sym_index, side), _incident_mean(directed_features, sym_index, num_nodes)],
-        dim=1,
-    )
+    x = torch.cat([_node_features(rng, pos, sym_index, side), _incident_mean(directed_features, sym_index,
+                                                                             num_nodes)], dim=1)
     return road_network_data(
-        x.float(),
-        sym_index,
-        directed_features[:, 0],
-        hops=hops,
-        num_classes=num_classes,
-        labels=labels,
-        num_workers=num_workers,
-        use_cache=use_cache,
-        progress=progress,
-        pos=torch.from_numpy(pos),
+        x.float(), sym_index, directed_features[:, 0], hops=hops, num_classes=num_classes, labels=labels,
+        num_workers=num_workers, use_cache=use_cache, progress=progress, pos=torch.from_numpy(pos),
         name=f"synthetic_city_{num_nodes}_seed{seed}",
     )
 
