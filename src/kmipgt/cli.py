@@ -101,7 +101,7 @@ def _add_data(commands: argparse._SubParsersAction) -> None:
     data = commands.add_parser("data", help="offline datasets").add_subparsers(dest="data_command",
                                                                                required=True)
     info = data.add_parser("info", help="load a dataset and print its statistics")
-    info.add_argument("name", help="minnesota | synthetic | digits | paris | shanghai | la | london")
+    info.add_argument("name", help="minnesota, synthetic, digits, helsinki, paris, shanghai, la or london")
     info.add_argument("--root", type=Path, default=None, help="directory of a local City-Networks copy")
     info.add_argument("--num-nodes", type=int, default=None, help="size of a synthetic city")
     info.add_argument("--seed", type=int, default=0)

