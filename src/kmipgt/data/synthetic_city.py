@@ -65,13 +65,10 @@ def _voronoi_streets(seeds: np.ndarray, side: float) -> tuple[np.ndarray, np.nda
     return _drop_unused_nodes(voronoi.vertices, ridges)
 
 
-def _drop_unused_nodes(pos: np.ndarray, edges: np.ndarray, keep: np.ndarray | None = None):
-    """Keep nodes that some edge uses (and are in ``keep``, when given); relabel 0..V'-1."""
+def _drop_unused_nodes(pos: np.ndarray, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Keep the nodes that some edge uses, relabelled 0..V'-1."""
     used = np.zeros(pos.shape[0], dtype=bool)
     used[edges.ravel()] = True
-    if keep is not None:
-        used &= keep
-        edges = edges[:, used[edges].all(axis=0)]
     new_id = np.cumsum(used) - 1
     return pos[used], new_id[edges]
 
