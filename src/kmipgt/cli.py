@@ -82,7 +82,8 @@ def _data_synthetic(args: argparse.Namespace) -> int:
 
     data, timings = timed_synthetic_city(
         args.num_nodes, args.seed, arterial_fraction=args.arterial_fraction, labels=not args.no_labels,
-        hops=args.hops, num_workers=args.workers, rwse_steps=args.rwse, lappe_k=args.lappe,
+        hops=args.hops, num_workers=args.workers, backend=args.backend, rwse_steps=args.rwse,
+        lappe_k=args.lappe,
     )
     for key, value in graph_summary(data).items():
         print(f"{key}: {value}")
@@ -112,6 +113,8 @@ def _add_data(commands: argparse._SubParsersAction) -> None:
     synthetic.add_argument("--hops", type=int, default=16, help="ball radius of the labels")
     synthetic.add_argument("--no-labels", action="store_true", help="skip the (slow) eccentricity labels")
     synthetic.add_argument("--workers", type=int, default=None, help="label worker processes (default: all)")
+    synthetic.add_argument("--backend", default="auto", choices=["auto", "numba", "scipy"],
+                           help="label kernel: numba (when installed) or scipy; same results")
     synthetic.add_argument("--rwse", type=int, default=0, help="add RWSE with this many steps (0: none)")
     synthetic.add_argument("--lappe", type=int, default=0, help="add LapPE with this many vectors (0: none)")
     synthetic.add_argument("--out", type=Path, default=None, help="torch.save the Data to this .pt file")

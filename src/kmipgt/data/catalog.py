@@ -100,6 +100,7 @@ def timed_synthetic_city(
     labels: bool = True,
     hops: int = 16,
     num_workers: int | None = None,
+    backend: str = "auto",
     rwse_steps: int = 0,
     lappe_k: int = 0,
 ) -> tuple[Data, dict[str, tuple[float, float]]]:
@@ -112,7 +113,7 @@ def timed_synthetic_city(
     ]
     if labels:
         stages.append(("labels", lambda data: add_city_labels(data, hops, num_workers=num_workers,
-                                                              use_cache=False)))
+                                                              backend=backend, use_cache=False)))
     if rwse_steps:
         stages.append((f"rwse{rwse_steps}", RandomWalkSE(rwse_steps)))
     if lappe_k:

@@ -90,6 +90,7 @@ def add_city_labels(
     num_classes: int = 10,
     *,
     num_workers: int | None = None,
+    backend: str = "auto",
     use_cache: bool = True,
     progress: bool = True,
 ) -> Data:
@@ -97,7 +98,7 @@ def add_city_labels(
     10/10/80 ``train_mask``/``val_mask``/``test_mask`` to a road-network ``Data``, in place."""
     data.eccentricity, data.y = eccentricity_labels(
         data.edge_index, data.edge_length, data.num_nodes, hops, num_classes,
-        num_workers=num_workers, use_cache=use_cache, progress=progress,
+        num_workers=num_workers, backend=backend, use_cache=use_cache, progress=progress,
     )
     data.train_mask, data.val_mask, data.test_mask = random_split_masks(data.num_nodes)
     return data
