@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 
@@ -69,7 +70,11 @@ def _add_bench_attention(bench: argparse._SubParsersAction) -> None:
 def _data_info(args: argparse.Namespace) -> int:
     from kmipgt.data.catalog import graph_summary, load_dataset
 
-    data = load_dataset(args.name, root=args.root, num_nodes=args.num_nodes, seed=args.seed)
+    try:
+        data = load_dataset(args.name, root=args.root, num_nodes=args.num_nodes, seed=args.seed)
+    except (FileNotFoundError, ImportError, ValueError) as error:
+        print(f"kmipgt data info: {error}", file=sys.stderr)
+        return 2
     for key, value in graph_summary(data).items():
         print(f"{key}: {value}")
     return 0
