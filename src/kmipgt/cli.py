@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 
@@ -70,33 +71,36 @@ def _add_bench_attention(bench: argparse._SubParsersAction) -> None:
 def _data_info(args: argparse.Namespace) -> int:
     from kmipgt.data.catalog import graph_summary, load_dataset
 
-    data = load_dataset(args.name, root=args.root, num_nodes=args.num_nodes, seed=args.seed)
+    try:
+        data = load_dataset(args.name, root=args.root, num_nodes=args.num_nodes, seed=args.seed)
+    except (FileNotFoundError, ImportError, ValueError) as error:
+        print(f"kmipgt data info: {error}", file=sys.stderr)
+        return 2
     for key, value in graph_summary(data).items():
         print(f"{key}: {value}")
     return 0
 
 
 def _data_synthetic(args: argparse.Namespace) -> int:
-    import time
-
     import torch
 
-    from kmipgt.data.catalog import graph_summary
-    from kmipgt.data.synthetic_city import synthetic_city
+    from kmipgt.data.catalog import graph_summary, timed_synthetic_city
 
-    start = time.perf_counter()
-    data = synthetic_city(
+    data, timings = timed_synthetic_city(
         args.num_nodes,
         args.seed,
         arterial_fraction=args.arterial_fraction,
         labels=not args.no_labels,
         hops=args.hops,
         num_workers=args.workers,
+        backend=args.backend,
+        rwse_steps=args.rwse,
+        lappe_k=args.lappe,
     )
-    elapsed = time.perf_counter() - start
     for key, value in graph_summary(data).items():
         print(f"{key}: {value}")
-    print(f"seconds (generation{'' if args.no_labels else ' + labels'}): {elapsed:.1f}")
+    for stage, (wall, cpu) in timings.items():
+        print(f"time {stage}: {wall:.1f} s wall, {cpu:.1f} s CPU")
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         torch.save(data, args.out)
@@ -109,12 +113,12 @@ def _add_data(commands: argparse._SubParsersAction) -> None:
         dest="data_command", required=True
     )
     info = data.add_parser("info", help="load a dataset and print its statistics")
-    info.add_argument("name", help="minnesota | synthetic | digits | paris | shanghai | la | london")
+    info.add_argument("name", help="minnesota, synthetic, digits, helsinki, paris, shanghai, la or london")
     info.add_argument("--root", type=Path, default=None, help="directory of a local City-Networks copy")
     info.add_argument("--num-nodes", type=int, default=None, help="size of a synthetic city")
     info.add_argument("--seed", type=int, default=0)
     info.set_defaults(handler=_data_info)
-    synthetic = data.add_parser("synthetic", help="generate (and label) a synthetic city")
+    synthetic = data.add_parser("synthetic", help="generate (and label) a synthetic city, timing each stage")
     synthetic.add_argument("--num-nodes", type=int, required=True)
     synthetic.add_argument("--seed", type=int, default=0)
     synthetic.add_argument(
@@ -126,6 +130,14 @@ def _add_data(commands: argparse._SubParsersAction) -> None:
     synthetic.add_argument("--hops", type=int, default=16, help="ball radius of the labels")
     synthetic.add_argument("--no-labels", action="store_true", help="skip the (slow) eccentricity labels")
     synthetic.add_argument("--workers", type=int, default=None, help="label worker processes (default: all)")
+    synthetic.add_argument(
+        "--backend",
+        default="auto",
+        choices=["auto", "numba", "scipy"],
+        help="label kernel: numba (when installed) or scipy; same results",
+    )
+    synthetic.add_argument("--rwse", type=int, default=0, help="add RWSE with this many steps (0: none)")
+    synthetic.add_argument("--lappe", type=int, default=0, help="add LapPE with this many vectors (0: none)")
     synthetic.add_argument("--out", type=Path, default=None, help="torch.save the Data to this .pt file")
     synthetic.set_defaults(handler=_data_synthetic)
 
