@@ -1,0 +1,60 @@
+"""On-disk cache for expensive per-graph results (labels), keyed by content hash and parameters."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+
+
+def cache_dir() -> Path:
+    """The cache directory: ``$KMIPGT_CACHE`` if set, else ``~/.cache/kmipgt``."""
+    return Path(os.environ.get("KMIPGT_CACHE") or Path.home() / ".cache" / "kmipgt")
+
+
+def content_hash(*arrays: np.ndarray, **params: object) -> str:
+    """SHA-256 (hex, 32 chars) of the arrays' dtypes, shapes and bytes plus the sorted parameters."""
+    digest = hashlib.sha256()
+    for array in arrays:
+        array = np.ascontiguousarray(array)
+        digest.update(f"{array.dtype.str}{array.shape}".encode())
+        digest.update(array.tobytes())
+    digest.update(repr(sorted(params.items())).encode())
+    return digest.hexdigest()[:32]
+
+
+def load_array(name: str) -> np.ndarray | None:
+    """The cached array stored under ``name``, or None when there is none."""
+    path = cache_dir() / f"{name}.npy"
+    return np.load(path) if path.exists() else None
+
+
+def save_array(name: str, array: np.ndarray) -> Path:
+    """Store ``array`` under ``name`` via a temporary file and a rename, so readers never see half a file."""
+    path = cache_dir() / f"{name}.npy"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp.npy")
+    np.save(tmp, array)
+    os.replace(tmp, path)
+    return path
+
+
+def load_arrays(name: str) -> dict[str, np.ndarray] | None:
+    """The cached named arrays stored under ``name`` (an ``.npz``), or None when there are none."""
+    path = cache_dir() / f"{name}.npz"
+    if not path.exists():
+        return None
+    with np.load(path) as stored:
+        return {key: stored[key] for key in stored.files}
+
+
+def save_arrays(name: str, arrays: dict[str, np.ndarray]) -> Path:
+    """Store named arrays under ``name`` (an ``.npz``), written atomically like :func:`save_array`."""
+    path = cache_dir() / f"{name}.npz"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,48 @@
+"""The City-Networks random split: seed-0 permutation, 10% train, 10% validation, 80% test."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def random_split_masks(
+    num_nodes: int, train_fraction: float = 0.1, val_fraction: float = 0.1, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Boolean ``[num_nodes]`` train/val/test masks from ``numpy.random.RandomState(seed).permutation``.
+
+    As in the City-Networks generator: the first ``int(n * train_fraction)`` permuted nodes train, the next
+    ``int(n * val_fraction)`` validate and the rest test.
+    """
+    if num_nodes < 0:
+        raise ValueError(f"num_nodes must be >= 0, got {num_nodes}")
+    if min(train_fraction, val_fraction) < 0.0 or train_fraction + val_fraction > 1.0:
+        raise ValueError("train_fraction and val_fraction must be >= 0 with sum <= 1, "
+                         f"got {train_fraction}, {val_fraction}")
+    perm = torch.from_numpy(np.random.RandomState(seed).permutation(num_nodes))
+    num_train = int(num_nodes * train_fraction)
+    num_val = int(num_nodes * val_fraction)
+    masks = []
+    for part in (perm[:num_train], perm[num_train : num_train + num_val], perm[num_train + num_val :]):
+        mask = torch.zeros(num_nodes, dtype=torch.bool)
+        mask[part] = True
+        masks.append(mask)
+    return masks[0], masks[1], masks[2]
+
+
+def index_to_mask(index: torch.Tensor, num_nodes: int, name: str = "index") -> torch.Tensor:
+    """Boolean ``[num_nodes]`` mask from an index tensor; boolean masks of that length pass through."""
+    index = torch.as_tensor(index)
+    if index.dtype == torch.bool:
+        if index.shape != (num_nodes,):
+            raise ValueError(f"{name}: boolean mask must have shape ({num_nodes},), got {tuple(index.shape)}")
+        return index
+    if index.dim() != 1 or index.dtype.is_floating_point:
+        raise ValueError(f"{name}: expected a boolean mask or a 1-D integer index tensor, got {index.dtype}")
+    index = index.long()
+    if index.numel() and (int(index.min()) < 0 or int(index.max()) >= num_nodes):
+        raise ValueError(f"{name}: indices must lie in [0, {num_nodes}), got range "
+                         f"[{int(index.min())}, {int(index.max())}]")
+    mask = torch.zeros(num_nodes, dtype=torch.bool)
+    mask[index] = True
+    return mask
