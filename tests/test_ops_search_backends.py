@@ -230,6 +230,9 @@ print("TRITON-OK")
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="with a GPU the compiled kernel is tested by test_cuda_search.py"
+)
 def test_triton_kernel_logic_in_the_interpreter():
     pytest.importorskip("triton")
     root = Path(__file__).resolve().parents[1]
