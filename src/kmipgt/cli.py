@@ -1,74 +1,176 @@
-"""Command-line interface: ``kmipgt train`` and ``kmipgt eval`` (thin: parse, call, print)."""
+"""The ``kmipgt`` command line: parse, call the library, print."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
+from pathlib import Path
 
 
-def _add_train(subparsers) -> None:
-    parser = subparsers.add_parser("train", help="train a graph transformer from a YAML config")
-    parser.add_argument("--config", help="YAML config (default: built-in defaults)")
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key, e.g. --set model.k=32 (repeatable)",
+def _csv(kind):
+    return lambda text: [kind(item) for item in text.split(",") if item]
+
+
+def _bench_attention(args: argparse.Namespace) -> int:
+    from kmipgt.bench.attention import (
+        AttentionBenchConfig,
+        geometric_grid,
+        markdown_table,
+        run_attention_benchmark,
     )
-    parser.add_argument("--resume", action="store_true", help="continue from out_dir/last.pt")
-    parser.add_argument(
-        "--stop-after", type=int, metavar="EPOCH", help="stop after this epoch (resume later with --resume)"
+
+    config = AttentionBenchConfig(
+        n_values=args.n or geometric_grid(args.n_min, args.n_max),
+        methods=args.methods,
+        backends=args.backends,
+        passes=args.passes,
+        graphs=args.graphs,
+        heads=args.heads,
+        dim=args.dim,
+        dim_v=args.dim_v,
+        k=args.k,
+        repeats=args.repeats,
+        warmup=args.warmup,
+        device=args.device,
+        dtype=args.dtype,
+        time_budget=args.time_budget,
+        memory_budget_gb=args.memory_budget_gb,
+        seed=args.seed,
     )
-    parser.add_argument(
-        "--save-tokens",
-        action="store_true",
-        help="after training, save the first attention layer's query/key tokens to tokens.pt",
-    )
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    parser.set_defaults(func=_run_train)
-
-
-def _add_eval(subparsers) -> None:
-    parser = subparsers.add_parser("eval", help="evaluate a trained run on every split")
-    parser.add_argument("run_dir", help="run directory written by kmipgt train")
-    parser.add_argument("--checkpoint", choices=("best", "last"), default="best")
-    parser.set_defaults(func=_run_eval)
-
-
-def _run_train(args) -> None:
-    from kmipgt.train import load_config, train
-
-    config = load_config(args.config, args.overrides)
-    metrics = train(
-        config,
-        resume=args.resume,
-        stop_after=args.stop_after,
-        save_tokens=args.save_tokens,
-        progress=not args.no_progress,
-    )
-    print(json.dumps(metrics, indent=2))
-    if metrics.get("complete"):
-        print(f"test {metrics['metric']}: {metrics['test']:.4f}  (run directory: {config.out_dir})")
-
-
-def _run_eval(args) -> None:
-    from kmipgt.train import evaluate_run
-
-    print(json.dumps(evaluate_run(args.run_dir, args.checkpoint), indent=2))
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="kmipgt", description=__doc__)
-    subparsers = parser.add_subparsers(dest="command", required=True)
-    _add_train(subparsers)
-    _add_eval(subparsers)
-    args = parser.parse_args(argv)
-    args.func(args)
+    result = run_attention_benchmark(config, args.out)
+    print(markdown_table(result))
+    print(f"wrote {args.out / 'attention.json'} and {args.out / 'attention.png'}")
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def _add_bench_attention(bench: argparse._SubParsersAction) -> None:
+    parser = bench.add_parser("attention", help="time and memory of k-MIP vs full attention as N grows")
+    parser.add_argument("--n-min", type=int, default=1024, help="smallest N (nodes per graph)")
+    parser.add_argument("--n-max", type=int, default=262_144, help="largest N (grid doubles from --n-min)")
+    parser.add_argument("--n", type=_csv(int), default=None, help="explicit comma-separated N values")
+    parser.add_argument("--methods", type=_csv(str), default=["kmip", "full", "full-naive"])
+    parser.add_argument("--backends", type=_csv(str), default=["torch"], help="k-MIP search backends")
+    parser.add_argument("--passes", type=_csv(str), default=["forward", "forward+backward"])
+    parser.add_argument("--graphs", type=int, default=1, help="B graphs of N nodes each")
+    parser.add_argument("--heads", type=int, default=1)
+    parser.add_argument("--dim", type=int, default=32, help="query/key head dimension d")
+    parser.add_argument("--dim-v", type=int, default=32, help="value head dimension")
+    parser.add_argument("-k", "--k", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16", "float64"])
+    parser.add_argument("--time-budget", type=float, default=120.0, help="seconds per point, all runs")
+    parser.add_argument("--memory-budget-gb", type=float, default=16.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=Path("bench-out"))
+    parser.set_defaults(handler=_bench_attention)
+
+
+def _data_info(args: argparse.Namespace) -> int:
+    from kmipgt.data.catalog import graph_summary, load_dataset
+
+    data = load_dataset(args.name, root=args.root, num_nodes=args.num_nodes, seed=args.seed)
+    for key, value in graph_summary(data).items():
+        print(f"{key}: {value}")
+    return 0
+
+
+def _data_synthetic(args: argparse.Namespace) -> int:
+    import time
+
+    import torch
+
+    from kmipgt.data.catalog import graph_summary
+    from kmipgt.data.synthetic_city import synthetic_city
+
+    start = time.perf_counter()
+    data = synthetic_city(args.num_nodes, args.seed, arterial_fraction=args.arterial_fraction,
+                          labels=not args.no_labels, hops=args.hops, num_workers=args.workers)
+    elapsed = time.perf_counter() - start
+    for key, value in graph_summary(data).items():
+        print(f"{key}: {value}")
+    print(f"seconds (generation{'' if args.no_labels else ' + labels'}): {elapsed:.1f}")
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(data, args.out)
+        print(f"wrote {args.out}")
+    return 0
+
+
+def _add_data(commands: argparse._SubParsersAction) -> None:
+    data = commands.add_parser("data", help="offline datasets").add_subparsers(dest="data_command",
+                                                                               required=True)
+    info = data.add_parser("info", help="load a dataset and print its statistics")
+    info.add_argument("name", help="minnesota | synthetic | digits | paris | shanghai | la | london")
+    info.add_argument("--root", type=Path, default=None, help="directory of a local City-Networks copy")
+    info.add_argument("--num-nodes", type=int, default=None, help="size of a synthetic city")
+    info.add_argument("--seed", type=int, default=0)
+    info.set_defaults(handler=_data_info)
+    synthetic = data.add_parser("synthetic", help="generate (and label) a synthetic city")
+    synthetic.add_argument("--num-nodes", type=int, required=True)
+    synthetic.add_argument("--seed", type=int, default=0)
+    synthetic.add_argument("--arterial-fraction", type=float, default=1e-3,
+                           help="hubs per node of the arterial network (smaller -> larger hop diameter)")
+    synthetic.add_argument("--hops", type=int, default=16, help="ball radius of the labels")
+    synthetic.add_argument("--no-labels", action="store_true", help="skip the (slow) eccentricity labels")
+    synthetic.add_argument("--workers", type=int, default=None, help="label worker processes (default: all)")
+    synthetic.add_argument("--out", type=Path, default=None, help="torch.save the Data to this .pt file")
+    synthetic.set_defaults(handler=_data_synthetic)
+
+
+def _train(args: argparse.Namespace) -> int:
+    import json
+
+    from kmipgt.train import load_config, train
+
+    config = load_config(args.config, args.overrides)
+    metrics = train(config, resume=args.resume, stop_after=args.stop_after, save_tokens=args.save_tokens,
+                    progress=not args.no_progress)
+    print(json.dumps(metrics, indent=2))
+    if metrics.get("complete"):
+        print(f"test {metrics['metric']}: {metrics['test']:.4f}  (run directory: {config.out_dir})")
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    import json
+
+    from kmipgt.train import evaluate_run
+
+    print(json.dumps(evaluate_run(args.run_dir, args.checkpoint), indent=2))
+    return 0
+
+
+def _add_train_eval(commands: argparse._SubParsersAction) -> None:
+    train = commands.add_parser("train", help="train a graph transformer from a YAML config")
+    train.add_argument("--config", type=Path, default=None, help="YAML config (default: built-in defaults)")
+    train.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config key, e.g. --set model.k=32 (repeatable)")
+    train.add_argument("--resume", action="store_true", help="continue from out_dir/last.pt")
+    train.add_argument("--stop-after", type=int, default=None, metavar="EPOCH",
+                       help="stop after this epoch (continue later with --resume)")
+    train.add_argument("--save-tokens", action="store_true",
+                       help="after training, save the first attention layer's query/key tokens to tokens.pt")
+    train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    train.set_defaults(handler=_train)
+    evaluate = commands.add_parser("eval", help="evaluate a trained run on every split")
+    evaluate.add_argument("run_dir", type=Path, help="run directory written by kmipgt train")
+    evaluate.add_argument("--checkpoint", choices=("best", "last"), default="best")
+    evaluate.set_defaults(handler=_eval)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kmipgt", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    bench = commands.add_parser("bench", help="benchmarks (JSON + PNG)").add_subparsers(
+        dest="benchmark", required=True
+    )
+    _add_bench_attention(bench)
+    _add_data(commands)
+    _add_train_eval(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.handler(args)

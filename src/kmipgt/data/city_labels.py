@@ -48,17 +48,21 @@ def road_adjacency(edge_index: np.ndarray, edge_length: np.ndarray, num_nodes: i
     return adjacency
 
 
-def _csr_positions(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Positions in ``indices``/``data`` of the entries of ``rows``, and the row (in ``rows``) of each."""
+def _csr_positions(indptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Positions in ``indices``/``data`` of the entries of ``rows``, row after row."""
     starts = indptr[rows]
     counts = indptr[rows + 1] - starts
     offsets = np.cumsum(counts) - counts
-    positions = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(starts - offsets, counts)
-    return positions, np.repeat(np.arange(rows.size, dtype=np.int64), counts)
+    return np.arange(offsets[-1] + counts[-1], dtype=np.int64) + np.repeat(starts - offsets, counts)
 
 
 class _BallEccentricity:
-    """Eccentricity of nodes within their k-hop balls; holds scratch arrays reused across nodes."""
+    """Eccentricity of nodes within their k-hop balls; holds scratch arrays reused across nodes.
+
+    Per node: a BFS bounded to ``hops`` layers, the CSR of the subgraph induced by the ball (assembled from
+    the entries the BFS already gathered), and one scipy Dijkstra from the node. Work per node is vectorised
+    numpy; node-indexed scratch arrays are reset after each node, so a node costs O(ball), not O(N).
+    """
 
     def __init__(self, indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, hops: int) -> None:
         self.indptr, self.indices, self.data, self.hops = indptr, indices, data, hops
@@ -66,34 +70,37 @@ class _BallEccentricity:
         self.in_ball = np.zeros(num_nodes, dtype=bool)
         self.local_id = np.zeros(num_nodes, dtype=np.int64)
 
-    def ball(self, node: int) -> np.ndarray:
-        """Nodes within ``hops`` hops of ``node`` (``node`` first), marked in ``self.in_ball``."""
-        self.in_ball[node] = True
-        layers = [np.array([node], dtype=np.int64)]
-        frontier = layers[0]
-        for _ in range(self.hops):
-            positions, _ = _csr_positions(self.indptr, frontier)
-            neighbours = self.indices[positions]
-            frontier = np.unique(neighbours[~self.in_ball[neighbours]])
-            if frontier.size == 0:
-                break
-            self.in_ball[frontier] = True
-            layers.append(frontier)
-        return np.concatenate(layers)
-
     def __call__(self, node: int) -> float:
-        ball = self.ball(node)
-        self.local_id[ball] = np.arange(ball.size)
-        positions, row = _csr_positions(self.indptr, ball)
-        target = self.indices[positions]
-        inside = self.in_ball[target]
-        row_counts = np.bincount(row[inside], minlength=ball.size)
-        sub_indptr = np.concatenate([[0], np.cumsum(row_counts)])
+        indptr, indices, in_ball, local_id = self.indptr, self.indices, self.in_ball, self.local_id
+        in_ball[node] = True
+        layers = [np.array([node], dtype=np.int64)]
+        gathered = []  # CSR positions of every ball node's entries, in ball order
+        for _ in range(self.hops):
+            positions = _csr_positions(indptr, layers[-1])
+            gathered.append(positions)
+            neighbours = indices[positions]
+            neighbours = neighbours[~in_ball[neighbours]]
+            if neighbours.size == 0:
+                break
+            in_ball[neighbours] = True
+            # Deduplicate without sorting: keep the last occurrence of each node.
+            order = np.arange(neighbours.size)
+            local_id[neighbours] = order
+            layers.append(neighbours[local_id[neighbours] == order])
+        else:
+            gathered.append(_csr_positions(indptr, layers[-1]))
+        ball = np.concatenate(layers)
+        positions = np.concatenate(gathered)
+        local_id[ball] = np.arange(ball.size)
+        target = indices[positions]
+        inside = in_ball[target]
+        row_ends = np.cumsum(indptr[ball + 1] - indptr[ball])
+        inside_before = np.concatenate([[0], np.cumsum(inside)])
+        sub_indptr = np.concatenate([[0], inside_before[row_ends]])
         induced = sp.csr_matrix(
-            (self.data[positions[inside]], self.local_id[target[inside]], sub_indptr),
-            shape=(ball.size, ball.size),
+            (self.data[positions[inside]], local_id[target[inside]], sub_indptr), shape=(ball.size, ball.size)
         )
-        self.in_ball[ball] = False
+        in_ball[ball] = False
         return float(dijkstra(induced, directed=True, indices=0).max())
 
     def many(self, nodes: np.ndarray) -> np.ndarray:

@@ -1,0 +1,1 @@
+"""Benchmarks: time and memory scaling, each point measured in a fresh process."""

@@ -1,0 +1,223 @@
+"""k-MIP attention and its full-attention reference on ragged graphs."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from kmipgt.ops.ragged import graph_blocks, graph_ptr, node_graph_bounds
+from kmipgt.ops.topk import MIN_BLOCK_NODES, Backend, check_query_key, topk_inner_product
+
+__all__ = ["full_attention", "kmip_attention"]
+
+# Rows of gathered [rows, H, k, d] keys/values are processed in chunks of about this many elements, so the
+# transient memory of the gathers is bounded while autograd saves only O(N·H·k).
+_GATHER_ELEMENTS = 1 << 22
+
+
+def _check_value(query: Tensor, value: Tensor) -> None:
+    if not isinstance(value, Tensor):
+        raise TypeError(f"`value` must be a torch.Tensor, got {type(value).__name__}")
+    if not value.dtype.is_floating_point:
+        raise TypeError(f"`value` must be a floating-point tensor, got dtype {value.dtype}")
+    if value.dim() != 3 or value.shape[:2] != query.shape[:2]:
+        raise ValueError(
+            f"`value` must have shape [N, H, d_v] = [{query.shape[0]}, {query.shape[1]}, d_v], "
+            f"got {tuple(value.shape)}"
+        )
+    if value.dtype != query.dtype or value.device != query.device:
+        raise TypeError("`value` must share dtype and device with `query`")
+
+
+def _check_scale_dropout(scale: float | None, dropout_p: float) -> None:
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))):
+        raise TypeError(f"`scale` must be a number or None, got {type(scale).__name__}")
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
+        raise TypeError(f"`dropout_p` must be a float, got {type(dropout_p).__name__}")
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"`dropout_p` must lie in [0, 1), got {dropout_p}")
+
+
+def _accumulate_dtype(tensor: Tensor) -> torch.dtype:
+    return torch.promote_types(tensor.dtype, torch.float32)
+
+
+def _chunk_rows(index: Tensor, width: int) -> int:
+    """Rows per chunk so that a gathered ``[rows, H, k, width]`` tensor stays near the element budget."""
+    return max(1, _GATHER_ELEMENTS // max(1, index.shape[1] * index.shape[2] * width))
+
+
+def _gathered_dot(a: Tensor, b: Tensor, index: Tensor) -> Tensor:
+    """``out[n, h, j] = a[n, h] · b[index[n, h, j], h]``; a, b ``[N, H, d]``, index ``[N, H, k]``."""
+    heads = torch.arange(index.shape[1], device=index.device)[None, :, None]
+    out = a.new_empty(index.shape)
+    step = _chunk_rows(index, b.shape[-1])
+    for r0 in range(0, index.shape[0], step):
+        rows = slice(r0, r0 + step)
+        out[rows] = torch.matmul(b[index[rows], heads], a[rows, :, :, None])[..., 0]
+    return out
+
+
+def _gathered_sum(weights: Tensor, b: Tensor, index: Tensor) -> Tensor:
+    """``out[n, h] = Σ_j weights[n, h, j] · b[index[n, h, j], h]``; returns ``[N, H, d_b]``."""
+    heads = torch.arange(index.shape[1], device=index.device)[None, :, None]
+    out = b.new_empty(index.shape[0], index.shape[1], b.shape[-1])
+    step = _chunk_rows(index, b.shape[-1])
+    for r0 in range(0, index.shape[0], step):
+        rows = slice(r0, r0 + step)
+        out[rows] = torch.matmul(weights[rows, :, None, :], b[index[rows], heads])[:, :, 0]
+    return out
+
+
+def _scatter_rows(weights: Tensor, a: Tensor, index: Tensor) -> Tensor:
+    """Adjoint of the gathers: ``out[index[n, h, j], h] += weights[n, h, j] · a[n, h]``; ``[N, H, d_a]``."""
+    num_nodes, heads, _ = index.shape
+    width = a.shape[-1]
+    accumulate = _accumulate_dtype(a)
+    out = torch.zeros(num_nodes * heads, width, dtype=accumulate, device=a.device)
+    head_offset = torch.arange(heads, device=index.device)[None, :, None]
+    step = _chunk_rows(index, width)
+    for r0 in range(0, num_nodes, step):
+        rows = slice(r0, r0 + step)
+        targets = (index[rows] * heads + head_offset).reshape(-1)
+        contributions = weights[rows, :, :, None] * a[rows, :, None, :]
+        out.index_add_(0, targets, contributions.reshape(-1, width).to(accumulate))
+    return out.view(num_nodes, heads, width).to(a.dtype)
+
+
+class _SelectedSoftmaxAttention(torch.autograd.Function):
+    """Softmax attention restricted to given key indices, saving only O(N·H·k) for backward.
+
+    The gathered ``[N, H, k, d]`` keys and values are recomputed chunk by chunk in backward instead of
+    being kept alive by autograd, which is what makes training memory linear in N.
+    """
+
+    @staticmethod
+    def forward(ctx, query, key, value, index, scale, dropout_p):
+        valid = index >= 0
+        safe = index.clamp(min=0)
+        # Half-precision inputs get a float32 softmax; float64 stays float64.
+        logits = _gathered_dot(query, key, safe).to(_accumulate_dtype(query)) * scale
+        logits.masked_fill_(~valid, float("-inf"))
+        weights = torch.softmax(logits, dim=-1)
+        keep = None
+        dropped = weights
+        if dropout_p > 0:
+            keep = torch.rand_like(weights) >= dropout_p
+            dropped = weights * keep / (1.0 - dropout_p)
+        out = _gathered_sum(dropped.to(value.dtype), value, safe)
+        ctx.save_for_backward(query, key, value, safe, weights, keep)
+        ctx.scale, ctx.dropout_p = scale, dropout_p
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        query, key, value, safe, weights, keep = ctx.saved_tensors
+        dropped = weights if keep is None else weights * keep / (1.0 - ctx.dropout_p)
+        grad_dropped = _gathered_dot(grad_out, value, safe).to(weights.dtype)
+        grad_weights = grad_dropped if keep is None else grad_dropped * keep / (1.0 - ctx.dropout_p)
+        grad_logits = weights * (grad_weights - (weights * grad_weights).sum(-1, keepdim=True)) * ctx.scale
+        grad_logits = grad_logits.to(query.dtype)
+        grad_query = _gathered_sum(grad_logits, key, safe) if ctx.needs_input_grad[0] else None
+        grad_key = _scatter_rows(grad_logits, query, safe) if ctx.needs_input_grad[1] else None
+        grad_value = (
+            _scatter_rows(dropped.to(grad_out.dtype), grad_out, safe) if ctx.needs_input_grad[2] else None
+        )
+        return grad_query, grad_key, grad_value, None, None, None
+
+
+def kmip_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    k: int,
+    *,
+    ptr: Tensor | None = None,
+    batch: Tensor | None = None,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+    backend: Backend = "auto",
+) -> Tensor:
+    r"""k-MIP attention: each query attends to the k keys of its graph with largest inner product.
+
+    .. math::
+        \mathrm{out}_i = \sum_{j \in T_k(i)} \operatorname{softmax}_j(s\, q_i \cdot k_j)\, v_j,
+        \qquad T_k(i) = \operatorname{argtop-}k_{j \in g(i)}\; q_i \cdot k_j
+
+    With k at least the graph size this is exactly full softmax attention. Gradients reach query, key
+    and value through the selected entries; the selection itself is piecewise constant (no gradient),
+    and unselected keys and values receive zero gradient. Memory beyond the inputs is ``O(N·H·k)``.
+
+    Args:
+        query: ``[N, H, d]``. key: ``[N, H, d]``. value: ``[N, H, d_v]``. All node-major.
+        k: keys per query (``>= 1``).
+        ptr: ``[G + 1]`` graph offsets, or batch: ``[N]`` sorted graph ids; neither means one graph.
+        scale: logit scale :math:`s`, default ``1/sqrt(d)``.
+        dropout_p: dropout probability on the attention weights (pass 0 in evaluation).
+        backend: key-search backend of :func:`kmipgt.ops.topk_inner_product`.
+
+    Returns:
+        ``[N, H, d_v]`` attention output.
+    """
+    check_query_key(query, key, k)
+    _check_value(query, value)
+    _check_scale_dropout(scale, dropout_p)
+    ptr = graph_ptr(query.shape[0], ptr=ptr, batch=batch)
+    if query.shape[0] == 0:
+        return value.new_zeros(value.shape)
+    # Slots beyond the largest graph would only ever hold padding.
+    k = min(k, int((ptr[1:] - ptr[:-1]).max()))
+    with torch.no_grad():
+        _, index = topk_inner_product(query.detach(), key.detach(), k, ptr=ptr, backend=backend)
+    scale = query.shape[-1] ** -0.5 if scale is None else float(scale)
+    return _SelectedSoftmaxAttention.apply(query, key, value, index, scale, float(dropout_p))
+
+
+def full_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    ptr: Tensor | None = None,
+    batch: Tensor | None = None,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+) -> Tensor:
+    r"""Full softmax attention within each graph, through ``scaled_dot_product_attention``.
+
+    .. math:: \mathrm{out}_i = \sum_{j \in g(i)} \operatorname{softmax}_j(s\, q_i \cdot k_j)\, v_j
+
+    Args:
+        query: ``[N, H, d]``. key: ``[N, H, d]``. value: ``[N, H, d_v]``.
+        ptr / batch: the ragged graphs, as in :func:`kmip_attention`.
+        scale: logit scale, default ``1/sqrt(d)``. dropout_p: attention dropout.
+
+    Returns:
+        ``[N, H, d_v]``. Small graphs are processed together under a block-diagonal mask; a large
+        graph runs unmasked, so SDPA can use its memory-efficient kernels.
+    """
+    check_query_key(query, key, 1)
+    _check_value(query, value)
+    _check_scale_dropout(scale, dropout_p)
+    ptr = graph_ptr(query.shape[0], ptr=ptr, batch=batch)
+    if query.shape[0] == 0:
+        return value.new_zeros(value.shape)
+    lo, hi = node_graph_bounds(ptr, query.device)
+    outputs = []
+    for block in graph_blocks(ptr, MIN_BLOCK_NODES):
+        rows = slice(block.start, block.end)
+        mask = None
+        if block.multi:
+            keys = torch.arange(block.start, block.end, device=query.device)
+            mask = (keys >= lo[rows, None]) & (keys < hi[rows, None])
+        out = F.scaled_dot_product_attention(
+            query[rows].transpose(0, 1),
+            key[rows].transpose(0, 1),
+            value[rows].transpose(0, 1),
+            attn_mask=mask,
+            dropout_p=dropout_p,
+            scale=scale,
+        )
+        outputs.append(out.transpose(0, 1))
+    return torch.cat(outputs)

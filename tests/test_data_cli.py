@@ -1,0 +1,17 @@
+import torch
+
+from kmipgt.cli import main
+
+
+def test_data_info_minnesota(capsys):
+    assert main(["data", "info", "minnesota"]) == 0
+    out = capsys.readouterr().out
+    assert "nodes: 2642" in out and "directed_edges: 6608" in out and "train_mask: 264" in out
+
+
+def test_data_synthetic_writes_loadable_graph(tmp_path, capsys):
+    out_file = tmp_path / "city.pt"
+    assert main(["data", "synthetic", "--num-nodes", "400", "--no-labels", "--out", str(out_file)]) == 0
+    assert "nodes: 400" in capsys.readouterr().out
+    data = torch.load(out_file, weights_only=False)
+    assert data.num_nodes == 400 and data.x.shape == (400, 37) and "y" not in data
