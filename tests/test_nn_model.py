@@ -88,7 +88,7 @@ def test_ragged_batch_equals_each_graph_alone(attention, task):
     torch.testing.assert_close(together, alone, atol=1e-5, rtol=1e-4)
 
 
-def _train(model, step_inputs, target, loss_fn, steps=150, lr=1e-2):
+def _train(model, step_inputs, target, loss_fn, steps=40, lr=1e-2):
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     losses = []
     for _ in range(steps):
@@ -105,7 +105,7 @@ def test_graph_level_toy_task_learns():
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(1)
     graphs = []
-    for _ in range(48):
+    for _ in range(24):
         n = int(torch.randint(4, 12, (1,), generator=gen))
         types = torch.randint(0, 3, (n,), generator=gen)
         g = _random_graph(n, seed=int(torch.randint(0, 10**6, (1,), generator=gen)))

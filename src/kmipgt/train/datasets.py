@@ -6,15 +6,33 @@ from dataclasses import dataclass
 
 import torch
 from torch_geometric.data import Data
-from torch_geometric.transforms import AddLaplacianEigenvectorPE, AddRandomWalkPE
 
-from kmipgt import data as datasets
+from kmipgt.data import (
+    LaplacianPE,
+    RandomWalkSE,
+    digits_knn,
+    load_city_network,
+    lrgb_dataset,
+    minnesota,
+    synthetic_city,
+)
 from kmipgt.train.config import Config
 
 SPLITS = ("train", "val", "test")
-# config ``data.name`` -> loader function in kmipgt.data
+
+
+def lrgb_splits(root: str, name: str, **options) -> dict[str, list[Data]]:
+    """The train/val/test splits of a local LRGB copy (see :func:`kmipgt.data.lrgb_dataset`)."""
+    return {split: list(lrgb_dataset(root, name, split, **options)) for split in SPLITS}
+
+
+# config ``data.name`` -> loader; ``data.options`` are its keyword arguments
 LOADERS = {
-    "minnesota": "minnesota",
+    "minnesota": minnesota,
+    "synthetic_city": synthetic_city,
+    "city_networks": load_city_network,
+    "digits_knn": digits_knn,
+    "lrgb": lrgb_splits,
 }
 
 
@@ -36,7 +54,7 @@ def load_raw(config: Config):
     name = config.data.name
     if name not in LOADERS:
         raise ValueError(f"data.name must be one of {sorted(LOADERS)}, got {name!r}")
-    return getattr(datasets, LOADERS[name])(**config.data.options)
+    return LOADERS[name](**config.data.options)
 
 
 def _edge_features(graph: Data) -> torch.Tensor | None:
@@ -51,9 +69,10 @@ def _edge_features(graph: Data) -> torch.Tensor | None:
 
 def _add_encodings(graph: Data, config: Config) -> Data:
     if config.data.lappe_dim > 0:
-        graph = AddLaplacianEigenvectorPE(config.data.lappe_dim, attr_name="lappe", is_undirected=True)(graph)
+        graph = LaplacianPE(config.data.lappe_dim, attr_name="lappe")(graph)
+        del graph["lappe_eigval"]
     if config.data.rwse_dim > 0:
-        graph = AddRandomWalkPE(config.data.rwse_dim, attr_name="rwse")(graph)
+        graph = RandomWalkSE(config.data.rwse_dim, attr_name="rwse")(graph)
     return graph
 
 
