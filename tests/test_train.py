@@ -1,6 +1,7 @@
 """Training: config loading and overrides, metrics, exact resume, run outputs, the CLI."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -9,8 +10,8 @@ from sklearn.metrics import f1_score
 from torch_geometric.data import Data
 
 from kmipgt.cli import main
-from kmipgt.train import Trainer, load_config
-from kmipgt.train.datasets import PreparedData
+from kmipgt.train import Trainer, build_model, load_config
+from kmipgt.train.datasets import LOADERS, PreparedData
 from kmipgt.train.metrics import compute_metric, higher_is_better
 
 
@@ -139,3 +140,13 @@ def test_cli_trains_and_evaluates_a_node_level_graph(tmp_path, capsys, monkeypat
     main(["eval", str(out)])
     evaluated = json.loads(capsys.readouterr().out)
     assert np.isclose(evaluated["test"], metrics["test"])
+
+
+@pytest.mark.parametrize("path", sorted(Path(__file__).parents[1].joinpath("configs").glob("*.yaml")),
+                         ids=lambda p: p.stem)
+def test_shipped_configs_load_and_build(path):
+    config = load_config(path)
+    assert config.data.name in LOADERS
+    data = PreparedData(config.task.level, None, None, in_channels=40, edge_channels=1, out_channels=10,
+                        name=config.data.name)
+    build_model(config, data)
