@@ -150,3 +150,15 @@ def test_shipped_configs_load_and_build(path):
     data = PreparedData(config.task.level, None, None, in_channels=40, edge_channels=1, out_channels=10,
                         name=config.data.name)
     build_model(config, data)
+
+
+def test_out_of_memory_is_an_error_with_a_hint(tmp_path, monkeypatch):
+    trainer = Trainer(_toy_config(tmp_path, attention="kmip"), _toy_graph_data())
+
+    def exhausted(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(trainer.model, "forward", exhausted)
+    with pytest.raises(MemoryError, match=r"smaller model\.k") as info:
+        trainer.fit(progress=False)
+    assert isinstance(info.value.__cause__, torch.OutOfMemoryError)
