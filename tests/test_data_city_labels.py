@@ -1,3 +1,5 @@
+import importlib.util
+
 import networkx as nx
 import numpy as np
 import pytest
@@ -27,10 +29,16 @@ def _networkx_ball_eccentricity(edges: np.ndarray, lengths: np.ndarray, num_node
     return nx.eccentricity(graph.subgraph(ball), v=node, weight="length")
 
 
+BACKENDS = ["scipy", pytest.param("numba", marks=pytest.mark.skipif(
+    importlib.util.find_spec("numba") is None, reason="numba not installed"))]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("hops", [0, 1, 3, 16])
-def test_eccentricity_matches_networkx(hops):
+def test_eccentricity_matches_networkx(hops, backend):
     edges, lengths = _random_road_graph(150, seed=hops)
-    ecc, _ = eccentricity_labels(edges, lengths, 150, hops=hops, use_cache=False, progress=False)
+    ecc, _ = eccentricity_labels(edges, lengths, 150, hops=hops, backend=backend, use_cache=False,
+                                 progress=False)
     for node in range(0, 150, 7):
         expected = _networkx_ball_eccentricity(edges, lengths, 150, hops, node)
         assert abs(float(ecc[node]) - expected) < 1e-6
@@ -45,13 +53,14 @@ def test_eccentricity_direction_and_duplicates_do_not_matter():
     torch.testing.assert_close(ecc_one_way, ecc_both, rtol=0, atol=0)
 
 
-def test_worker_pool_matches_in_process(monkeypatch):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_worker_pool_matches_in_process(monkeypatch, backend):
     edges, lengths = _random_road_graph(600, seed=2)
     options = {"hops": 5, "use_cache": False, "progress": False}
-    serial, _ = eccentricity_labels(edges, lengths, 600, num_workers=1, **options)
+    serial, _ = eccentricity_labels(edges, lengths, 600, num_workers=1, backend="scipy", **options)
     monkeypatch.setattr(city_labels, "_MIN_NODES_FOR_WORKERS", 0)
-    pooled, _ = eccentricity_labels(edges, lengths, 600, num_workers=2, **options)
-    torch.testing.assert_close(serial, pooled, rtol=0, atol=0)
+    pooled, _ = eccentricity_labels(edges, lengths, 600, num_workers=2, backend=backend, **options)
+    torch.testing.assert_close(serial, pooled, rtol=0, atol=1e-9)
 
 
 @pytest.mark.parametrize(("n", "num_classes"), [(1000, 10), (1003, 10), (37, 4), (5, 10)])
@@ -108,3 +117,5 @@ def test_bad_arguments_raise_clear_errors():
         eccentricity_labels(edges, lengths, 20, hops=-1, use_cache=False)
     with pytest.raises(ValueError, match="num_classes"):
         eccentricity_labels(edges, lengths, 20, num_classes=0, use_cache=False)
+    with pytest.raises(ValueError, match="backend"):
+        eccentricity_labels(edges, lengths, 20, backend="gpu", use_cache=False)

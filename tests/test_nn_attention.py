@@ -24,6 +24,17 @@ def _ragged(sizes=SIZES, channels=16, seed=0):
     return x, batch
 
 
+def _ring_edges(batch: torch.Tensor) -> torch.Tensor:
+    """Both directions of a ring inside each graph (GRF needs edges; the other kinds ignore them)."""
+    edges = []
+    for g in batch.unique():
+        nodes = (batch == g).nonzero().flatten()
+        if nodes.numel() > 1:
+            edges.append(torch.stack([nodes, nodes.roll(1)]))
+    edge_index = torch.cat(edges, dim=1)
+    return torch.cat([edge_index, edge_index.flip(0)], dim=1)
+
+
 def _dense_kmip_reference(module: KMIPAttention, x: torch.Tensor, k: int | None) -> torch.Tensor:
     """One graph: dense scores, keep the k largest per query (all if k is None), SDPA with that mask."""
     n, h, d = x.size(0), module.heads, module.head_dim
@@ -89,7 +100,8 @@ def test_performer_redraw_changes_projection():
     torch.testing.assert_close(block @ block.t(), torch.eye(module.head_dim), atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("kind", [k for k in ATTENTION_KINDS if k != "none"])
+# GRF samples random walks per graph, so a graph alone gets other walks than inside a batch.
+@pytest.mark.parametrize("kind", [k for k in ATTENTION_KINDS if k not in ("none", "grf")])
 def test_ragged_batch_equals_each_graph_alone(kind):
     torch.manual_seed(0)
     module = build_global_attention(kind, 16, heads=4, k=3).eval()
@@ -102,10 +114,11 @@ def test_ragged_batch_equals_each_graph_alone(kind):
 @pytest.mark.parametrize("kind", [k for k in ATTENTION_KINDS if k != "none"])
 def test_shapes_and_gradients(kind):
     torch.manual_seed(0)
-    module = build_global_attention(kind, 16, heads=2, k=4, head_dim=5, dropout=0.1).train()
+    dropout = 0.0 if kind == "grf" else 0.1
+    module = build_global_attention(kind, 16, heads=2, k=4, head_dim=5, dropout=dropout).train()
     x, batch = _ragged()
     x.requires_grad_(True)
-    out = module(x, batch=batch)
+    out = module(x, batch=batch, edge_index=_ring_edges(batch))
     assert out.shape == x.shape
     out.square().sum().backward()
     assert x.grad is not None and torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
@@ -117,6 +130,8 @@ def test_factory_and_argument_errors():
     assert build_global_attention("none", 16, 4) is None
     with pytest.raises(ValueError, match="attention kind"):
         build_global_attention("flash", 16, 4)
+    with pytest.raises(ValueError, match="no attention dropout"):
+        build_global_attention("grf", 16, 4, dropout=0.1)
     with pytest.raises(ValueError, match="k is required"):
         build_global_attention("kmip", 16, 4)
     with pytest.raises(ValueError, match="divisible"):

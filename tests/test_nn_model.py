@@ -8,7 +8,7 @@ from torch_geometric.data import Batch, Data
 from kmipgt.nn import FourierFeatures, GatedGCNLayer, GPSLayer, GraphTransformer
 
 LOCALS = ("gatedgcn", "gine", "none")
-ATTENTIONS = ("kmip", "full", "performer", "none")
+ATTENTIONS = ("kmip", "full", "performer", "none")  # "grf" samples walks per graph: shapes test only
 
 
 def _random_graph(num_nodes, channels=6, edge_channels=3, seed=0, num_edges=None):
@@ -52,7 +52,7 @@ def test_fourier_features_are_sin_cos_octaves():
 
 
 @pytest.mark.parametrize("local", LOCALS)
-@pytest.mark.parametrize("attention", ATTENTIONS)
+@pytest.mark.parametrize("attention", [*ATTENTIONS, "grf"])
 @pytest.mark.parametrize("norm", ["layer", "batch"])
 def test_gps_layer_shapes_and_gradients(local, attention, norm):
     if local == "none" and attention == "none":

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from pathlib import Path
 
 
@@ -69,27 +71,36 @@ def _add_bench_attention(bench: argparse._SubParsersAction) -> None:
 def _data_info(args: argparse.Namespace) -> int:
     from kmipgt.data.catalog import graph_summary, load_dataset
 
-    data = load_dataset(args.name, root=args.root, num_nodes=args.num_nodes, seed=args.seed)
+    try:
+        data = load_dataset(args.name, root=args.root, num_nodes=args.num_nodes, seed=args.seed)
+    except (FileNotFoundError, ImportError, ValueError) as error:
+        print(f"kmipgt data info: {error}", file=sys.stderr)
+        return 2
     for key, value in graph_summary(data).items():
         print(f"{key}: {value}")
     return 0
 
 
 def _data_synthetic(args: argparse.Namespace) -> int:
-    import time
-
     import torch
 
-    from kmipgt.data.catalog import graph_summary
-    from kmipgt.data.synthetic_city import synthetic_city
+    from kmipgt.data.catalog import graph_summary, timed_synthetic_city
 
-    start = time.perf_counter()
-    data = synthetic_city(args.num_nodes, args.seed, arterial_fraction=args.arterial_fraction,
-                          labels=not args.no_labels, hops=args.hops, num_workers=args.workers)
-    elapsed = time.perf_counter() - start
+    data, timings = timed_synthetic_city(
+        args.num_nodes,
+        args.seed,
+        arterial_fraction=args.arterial_fraction,
+        labels=not args.no_labels,
+        hops=args.hops,
+        num_workers=args.workers,
+        backend=args.backend,
+        rwse_steps=args.rwse,
+        lappe_k=args.lappe,
+    )
     for key, value in graph_summary(data).items():
         print(f"{key}: {value}")
-    print(f"seconds (generation{'' if args.no_labels else ' + labels'}): {elapsed:.1f}")
+    for stage, (wall, cpu) in timings.items():
+        print(f"time {stage}: {wall:.1f} s wall, {cpu:.1f} s CPU")
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         torch.save(data, args.out)
@@ -98,22 +109,35 @@ def _data_synthetic(args: argparse.Namespace) -> int:
 
 
 def _add_data(commands: argparse._SubParsersAction) -> None:
-    data = commands.add_parser("data", help="offline datasets").add_subparsers(dest="data_command",
-                                                                               required=True)
+    data = commands.add_parser("data", help="offline datasets").add_subparsers(
+        dest="data_command", required=True
+    )
     info = data.add_parser("info", help="load a dataset and print its statistics")
-    info.add_argument("name", help="minnesota | synthetic | digits | paris | shanghai | la | london")
+    info.add_argument("name", help="minnesota, synthetic, digits, helsinki, paris, shanghai, la or london")
     info.add_argument("--root", type=Path, default=None, help="directory of a local City-Networks copy")
     info.add_argument("--num-nodes", type=int, default=None, help="size of a synthetic city")
     info.add_argument("--seed", type=int, default=0)
     info.set_defaults(handler=_data_info)
-    synthetic = data.add_parser("synthetic", help="generate (and label) a synthetic city")
+    synthetic = data.add_parser("synthetic", help="generate (and label) a synthetic city, timing each stage")
     synthetic.add_argument("--num-nodes", type=int, required=True)
     synthetic.add_argument("--seed", type=int, default=0)
-    synthetic.add_argument("--arterial-fraction", type=float, default=1e-3,
-                           help="hubs per node of the arterial network (smaller -> larger hop diameter)")
+    synthetic.add_argument(
+        "--arterial-fraction",
+        type=float,
+        default=1e-3,
+        help="hubs per node of the arterial network (smaller -> larger hop diameter)",
+    )
     synthetic.add_argument("--hops", type=int, default=16, help="ball radius of the labels")
     synthetic.add_argument("--no-labels", action="store_true", help="skip the (slow) eccentricity labels")
     synthetic.add_argument("--workers", type=int, default=None, help="label worker processes (default: all)")
+    synthetic.add_argument(
+        "--backend",
+        default="auto",
+        choices=["auto", "numba", "scipy"],
+        help="label kernel: numba (when installed) or scipy; same results",
+    )
+    synthetic.add_argument("--rwse", type=int, default=0, help="add RWSE with this many steps (0: none)")
+    synthetic.add_argument("--lappe", type=int, default=0, help="add LapPE with this many vectors (0: none)")
     synthetic.add_argument("--out", type=Path, default=None, help="torch.save the Data to this .pt file")
     synthetic.set_defaults(handler=_data_synthetic)
 
@@ -159,6 +183,55 @@ def _add_train_eval(commands: argparse._SubParsersAction) -> None:
     evaluate.set_defaults(handler=_eval)
 
 
+def _bench_grf(args: argparse.Namespace) -> int:
+    from kmipgt.bench.grf import GRFBenchConfig, run_grf_benchmark
+
+    config = GRFBenchConfig(
+        n_min=args.n_min,
+        n_max=args.n_max,
+        heads=args.heads,
+        head_channels=args.head_channels,
+        num_walks=args.num_walks,
+        p_halt=args.p_halt,
+        max_len=args.max_len,
+        feature_map=args.feature_map,
+        dense_max=args.dense_max,
+        repeats=args.repeats,
+        threads=args.threads,
+        seed=args.seed,
+    )
+    result = run_grf_benchmark(config, args.out)
+    for record in result["records"]:
+        if "error" in record:
+            print(f"{record['method']:>12} N={record['num_nodes']:>7}  {record['error']}")
+        else:
+            print(
+                f"{record['method']:>12} N={record['num_nodes']:>7}  {record['seconds_min']:.4f} s  "
+                f"{record['peak_bytes'] / 2**20:9.1f} MiB"
+            )
+    print(json.dumps(result["summary"], indent=2))
+    print(f"wrote {args.out}/grf.json and {args.out}/grf.png")
+    return 0
+
+
+def _add_bench_grf(bench: argparse._SubParsersAction) -> None:
+    parser = bench.add_parser("grf", help="GRF-masked attention: time and memory vs N on 2-D grids")
+    parser.add_argument("--n-min", type=int, default=2**10, help="smallest N (power of two)")
+    parser.add_argument("--n-max", type=int, default=2**18, help="largest N (power of two)")
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--head-channels", type=int, default=16)
+    parser.add_argument("--num-walks", type=int, default=4)
+    parser.add_argument("--p-halt", type=float, default=0.5)
+    parser.add_argument("--max-len", type=int, default=8)
+    parser.add_argument("--feature-map", default="relu", choices=["relu", "elu"])
+    parser.add_argument("--dense-max", type=int, default=2**13, help="largest N for the dense-mask baseline")
+    parser.add_argument("--repeats", type=int, default=3, help="timed forwards per point (median reported)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per measurement")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="bench-out/grf", help="folder for grf.json and grf.png")
+    parser.set_defaults(handler=_bench_grf)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kmipgt", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -166,6 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="benchmark", required=True
     )
     _add_bench_attention(bench)
+    _add_bench_grf(bench)
     _add_data(commands)
     _add_train_eval(commands)
     return parser

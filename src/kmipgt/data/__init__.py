@@ -2,23 +2,27 @@
 
 from kmipgt.data.city_labels import eccentricity_labels, partition_labels, road_adjacency
 from kmipgt.data.city_networks import CityNetworks, load_city_network
+from kmipgt.data.helsinki import HELSINKI_FEATURES, helsinki
 from kmipgt.data.lrgb import lrgb_dataset
 from kmipgt.data.minnesota import MINNESOTA_FEATURES, minnesota
 from kmipgt.data.point_cloud import digits_knn, knn_graph_dataset
 from kmipgt.data.positional_encodings import LaplacianPE, RandomWalkSE
-from kmipgt.data.road_graph import haversine_metres, road_network_data, symmetric_edges
+from kmipgt.data.road_graph import add_city_labels, haversine_metres, road_network_data, symmetric_edges
 from kmipgt.data.splits import index_to_mask, random_split_masks
 from kmipgt.data.synthetic_city import SYNTHETIC_CITY_FEATURES, synthetic_city
 
 __all__ = [
+    "HELSINKI_FEATURES",
     "MINNESOTA_FEATURES",
     "SYNTHETIC_CITY_FEATURES",
     "CityNetworks",
     "LaplacianPE",
     "RandomWalkSE",
+    "add_city_labels",
     "digits_knn",
     "eccentricity_labels",
     "haversine_metres",
+    "helsinki",
     "index_to_mask",
     "knn_graph_dataset",
     "load_city_network",

@@ -39,3 +39,22 @@ def save_array(name: str, array: np.ndarray) -> Path:
     np.save(tmp, array)
     os.replace(tmp, path)
     return path
+
+
+def load_arrays(name: str) -> dict[str, np.ndarray] | None:
+    """The cached named arrays stored under ``name`` (an ``.npz``), or None when there are none."""
+    path = cache_dir() / f"{name}.npz"
+    if not path.exists():
+        return None
+    with np.load(path) as stored:
+        return {key: stored[key] for key in stored.files}
+
+
+def save_arrays(name: str, arrays: dict[str, np.ndarray]) -> Path:
+    """Store named arrays under ``name`` (an ``.npz``), written atomically like :func:`save_array`."""
+    path = cache_dir() / f"{name}.npz"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+    return path

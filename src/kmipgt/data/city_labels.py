@@ -6,14 +6,18 @@ on the subgraph *induced by the ball*, edge weight = road length. Classes come f
 eccentricities ascending and cutting them into chunks of ``n // num_classes + 1`` nodes, so class 0 holds the
 smallest eccentricities (the most accessible nodes).
 
-Per node this is a bounded BFS plus one scipy Dijkstra; nodes are independent, so the work is spread over
-worker processes. The result is cached on disk (see :mod:`kmipgt.data.cache`).
+Per node this is a bounded BFS plus one Dijkstra on the ball: scipy ``dijkstra`` on the induced CSR, or the
+compiled kernel of :mod:`kmipgt.data.ball_kernel` when numba is installed (same results, ~5x less CPU).
+Nodes are independent, so the work is spread over worker processes. The result is cached on disk (see
+:mod:`kmipgt.data.cache`).
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 import scipy.sparse as sp
@@ -21,7 +25,7 @@ import torch
 from scipy.sparse.csgraph import dijkstra
 from tqdm.auto import tqdm
 
-from kmipgt.data import cache
+from kmipgt.data import ball_kernel, cache
 
 # Graphs below this size are labelled in-process: starting workers costs more than it saves.
 _MIN_NODES_FOR_WORKERS = 4096
@@ -107,17 +111,40 @@ class _BallEccentricity:
         return np.array([self(int(node)) for node in nodes], dtype=np.float64)
 
 
-_worker: _BallEccentricity | None = None
+BACKENDS = ("auto", "numba", "scipy")
 
 
-def _init_worker(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, hops: int) -> None:
-    global _worker
-    _worker = _BallEccentricity(indptr, indices, data, hops)
+def _resolve_backend(backend: str) -> str:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "auto":
+        return "numba" if ball_kernel.numba is not None else "scipy"
+    return backend
+
+
+def _chunk_solver(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, hops: int,
+                  backend: str) -> Callable[[np.ndarray], np.ndarray]:
+    """nodes -> their ball eccentricities, on the chosen backend."""
+    if backend == "numba":
+        return partial(_compiled_chunk, indptr, indices, data, hops)
+    return _BallEccentricity(indptr, indices, data, hops).many
+
+
+def _compiled_chunk(indptr, indices, data, hops, nodes):
+    return ball_kernel.compiled_ball_eccentricities(indptr, indices, data, nodes, hops)
+
+
+_worker_solver: Callable[[np.ndarray], np.ndarray] | None = None
+
+
+def _init_worker(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, hops: int, backend: str) -> None:
+    global _worker_solver
+    _worker_solver = _chunk_solver(indptr, indices, data, hops, backend)
 
 
 def _worker_chunk(nodes: np.ndarray) -> np.ndarray:
-    assert _worker is not None, "worker used before _init_worker"
-    return _worker.many(nodes)
+    assert _worker_solver is not None, "worker used before _init_worker"
+    return _worker_solver(nodes)
 
 
 def ball_eccentricity(
@@ -126,12 +153,15 @@ def ball_eccentricity(
     *,
     nodes: np.ndarray | None = None,
     num_workers: int | None = None,
+    backend: str = "auto",
     progress: bool = True,
 ) -> np.ndarray:
     """Road-length eccentricity of ``nodes`` (default: all) in their ``hops``-hop balls: float64 ``[M]``.
 
     ``adjacency`` is a symmetric CSR matrix from :func:`road_adjacency`. ``num_workers`` processes share the
-    work (default: all CPU cores); a tqdm bar shows progress.
+    work (default: all CPU cores); a tqdm bar shows progress. ``backend``: ``"scipy"`` (numpy BFS + scipy
+    Dijkstra per node), ``"numba"`` (the compiled kernel of :mod:`kmipgt.data.ball_kernel`, same results,
+    ~5x less CPU) or ``"auto"`` (numba when installed).
     """
     indptr = adjacency.indptr.astype(np.int64)
     indices = adjacency.indices.astype(np.int64)
@@ -141,27 +171,27 @@ def ball_eccentricity(
     workers = (os.cpu_count() or 1) if num_workers is None else num_workers
     if workers < 1:
         raise ValueError(f"num_workers must be >= 1, got {num_workers}")
-    bar = tqdm(total=nodes.size, desc=f"{hops}-hop eccentricity", unit="node", disable=not progress)
-    if workers == 1 or nodes.size < _MIN_NODES_FOR_WORKERS:
-        solver = _BallEccentricity(indptr, indices, data, hops)
-        result = np.empty(nodes.size, dtype=np.float64)
-        for i, node in enumerate(nodes):
-            result[i] = solver(int(node))
-            bar.update(1)
-        bar.close()
-        return result
+    solver = _chunk_solver(indptr, indices, data, hops, _resolve_backend(backend))
     # Small chunks keep the bar moving and balance load (ball sizes vary a lot across a city).
     chunks = np.array_split(nodes, max(1, nodes.size // 512))
-    # fork shares the CSR arrays copy-on-write; workers touch only numpy/scipy, never torch.
-    start_method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
-    context = multiprocessing.get_context(start_method)
+    bar = tqdm(total=nodes.size, desc=f"{hops}-hop eccentricity", unit="node", disable=not progress)
     results = []
-    with context.Pool(workers, initializer=_init_worker, initargs=(indptr, indices, data, hops)) as pool:
-        for chunk_result in pool.imap(_worker_chunk, chunks):
-            results.append(chunk_result)
-            bar.update(chunk_result.size)
+    if workers == 1 or nodes.size < _MIN_NODES_FOR_WORKERS:
+        for chunk in chunks:
+            results.append(solver(chunk))
+            bar.update(chunk.size)
+    else:
+        solver(nodes[:1])  # compile (numba) once here; forked workers inherit the machine code
+        # fork shares the CSR arrays copy-on-write; workers touch only numpy/scipy/numba, never torch.
+        start_method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
+        context = multiprocessing.get_context(start_method)
+        initargs = (indptr, indices, data, hops, _resolve_backend(backend))
+        with context.Pool(workers, initializer=_init_worker, initargs=initargs) as pool:
+            for chunk_result in pool.imap(_worker_chunk, chunks):
+                results.append(chunk_result)
+                bar.update(chunk_result.size)
     bar.close()
-    return np.concatenate(results)
+    return np.concatenate(results) if results else np.empty(0, dtype=np.float64)
 
 
 def partition_labels(values: torch.Tensor, num_classes: int) -> torch.Tensor:
@@ -207,6 +237,7 @@ def eccentricity_labels(
     num_classes: int = 10,
     *,
     num_workers: int | None = None,
+    backend: str = "auto",
     use_cache: bool = True,
     progress: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -219,6 +250,7 @@ def eccentricity_labels(
         hops: radius of the ball in hops (City-Networks: 16).
         num_classes: number of equal-size classes (City-Networks: 10).
         num_workers: worker processes (default: all CPU cores).
+        backend: ``"auto"``, ``"numba"`` or ``"scipy"``, see :func:`ball_eccentricity` (same results).
         use_cache: read/write the eccentricities in the on-disk cache, keyed by a hash of the graph and
             ``hops``.
         progress: show a tqdm bar.
@@ -230,12 +262,14 @@ def eccentricity_labels(
         raise ValueError(f"hops must be a non-negative int, got {hops!r}")
     if not isinstance(num_classes, int) or num_classes < 1:
         raise ValueError(f"num_classes must be a positive int, got {num_classes!r}")
+    _resolve_backend(backend)
     edge_index, edge_length = _check_graph(edge_index, edge_length, num_nodes)
     key = "labels/ecc-" + cache.content_hash(edge_index, edge_length, num_nodes=int(num_nodes), hops=hops)
     eccentricity = cache.load_array(key) if use_cache else None
     if eccentricity is None:
         adjacency = road_adjacency(edge_index, edge_length, int(num_nodes))
-        eccentricity = ball_eccentricity(adjacency, hops, num_workers=num_workers, progress=progress)
+        eccentricity = ball_eccentricity(adjacency, hops, num_workers=num_workers, backend=backend,
+                                         progress=progress)
         if use_cache:
             cache.save_array(key, eccentricity)
     eccentricity = torch.from_numpy(eccentricity)

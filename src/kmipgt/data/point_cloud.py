@@ -75,4 +75,6 @@ def digits_knn(k: int = 10) -> Data:
 
     digits = load_digits()
     pixels = digits.data / 16.0
-    return knn_graph_dataset(pixels, pixels, digits.target, k)
+    data = knn_graph_dataset(pixels, pixels, digits.target, k)
+    data.name = "digits"
+    return data

@@ -76,13 +76,29 @@ def road_network_data(
     ``edge_index`` must already be symmetric (see :func:`symmetric_edges`) with ``edge_length`` per column.
     With ``labels=False`` the (expensive) eccentricity labels and the masks are left out.
     """
-    num_nodes = x.size(0)
-    data = Data(x=x, edge_index=edge_index, edge_length=edge_length.to(torch.float64), num_nodes=num_nodes,
+    data = Data(x=x, edge_index=edge_index, edge_length=edge_length.to(torch.float64), num_nodes=x.size(0),
                 **attributes)
     if labels:
-        data.eccentricity, data.y = eccentricity_labels(
-            edge_index, data.edge_length, num_nodes, hops, num_classes,
-            num_workers=num_workers, use_cache=use_cache, progress=progress,
-        )
-        data.train_mask, data.val_mask, data.test_mask = random_split_masks(num_nodes)
+        add_city_labels(data, hops, num_classes, num_workers=num_workers, use_cache=use_cache,
+                        progress=progress)
+    return data
+
+
+def add_city_labels(
+    data: Data,
+    hops: int = 16,
+    num_classes: int = 10,
+    *,
+    num_workers: int | None = None,
+    backend: str = "auto",
+    use_cache: bool = True,
+    progress: bool = True,
+) -> Data:
+    """Add ``eccentricity``, ``y`` (:func:`eccentricity_labels` on ``data.edge_length``) and the seed-0
+    10/10/80 ``train_mask``/``val_mask``/``test_mask`` to a road-network ``Data``, in place."""
+    data.eccentricity, data.y = eccentricity_labels(
+        data.edge_index, data.edge_length, data.num_nodes, hops, num_classes,
+        num_workers=num_workers, backend=backend, use_cache=use_cache, progress=progress,
+    )
+    data.train_mask, data.val_mask, data.test_mask = random_split_masks(data.num_nodes)
     return data

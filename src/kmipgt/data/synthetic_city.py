@@ -29,6 +29,7 @@ from scipy.spatial import Delaunay, Voronoi
 from torch_geometric.data import Data
 
 from kmipgt.data.road_graph import road_network_data
+from kmipgt.data.road_simplify import contract_degree2_chains, simple_edges
 
 HIGHWAY_CLASSES = (
     "motorway", "trunk", "primary", "secondary", "tertiary", "residential", "service", "others",
@@ -64,31 +65,16 @@ def _voronoi_streets(seeds: np.ndarray, side: float) -> tuple[np.ndarray, np.nda
     return _drop_unused_nodes(voronoi.vertices, ridges)
 
 
-def _drop_unused_nodes(pos: np.ndarray, edges: np.ndarray, keep: np.ndarray | None = None):
-    """Keep nodes that some edge uses (and are in ``keep``, when given); relabel 0..V'-1."""
+def _drop_unused_nodes(pos: np.ndarray, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Keep the nodes that some edge uses, relabelled 0..V'-1."""
     used = np.zeros(pos.shape[0], dtype=bool)
     used[edges.ravel()] = True
-    if keep is not None:
-        used &= keep
-        edges = edges[:, used[edges].all(axis=0)]
     new_id = np.cumsum(used) - 1
     return pos[used], new_id[edges]
 
 
 def _lengths(pos: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return np.linalg.norm(pos[edges[0]] - pos[edges[1]], axis=1)
-
-
-def _simple_edges(edges: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Undirected edges as (min, max) pairs without self-loops; parallel edges keep the shortest length."""
-    edges = np.sort(edges, axis=0)
-    keep = edges[0] != edges[1]
-    edges, lengths = edges[:, keep], lengths[keep]
-    order = np.lexsort((lengths, edges[1], edges[0]))
-    edges, lengths = edges[:, order], lengths[order]
-    first = np.ones(edges.shape[1], dtype=bool)
-    first[1:] = (edges[:, 1:] != edges[:, :-1]).any(axis=0)
-    return edges[:, first], lengths[first]
 
 
 def _contract_shortest(pos: np.ndarray, edges: np.ndarray, fraction: float) -> tuple[np.ndarray, np.ndarray]:
@@ -100,7 +86,7 @@ def _contract_shortest(pos: np.ndarray, edges: np.ndarray, fraction: float) -> t
     _, group = connected_components(merge, directed=False)
     counts = np.bincount(group)
     merged_pos = np.stack([np.bincount(group, weights=pos[:, d]) / counts for d in range(2)], axis=1)
-    merged_edges, _ = _simple_edges(group[edges], np.zeros(edges.shape[1]))
+    merged_edges, _, _ = simple_edges(group[edges], np.zeros(edges.shape[1]))
     return merged_pos, merged_edges
 
 
@@ -118,68 +104,13 @@ def _thin(rng: np.random.Generator, pos: np.ndarray, edges: np.ndarray, fraction
     return edges[:, keep]
 
 
-def _largest_component(pos: np.ndarray, edges: np.ndarray, lengths: np.ndarray | None = None):
-    num_nodes = pos.shape[0]
-    graph = coo_matrix((np.ones(edges.shape[1]), tuple(edges)), shape=(num_nodes, num_nodes))
-    _, component = connected_components(graph, directed=False)
-    in_largest = component == np.argmax(np.bincount(component))
-    keep_edge = in_largest[edges[0]]
-    new_id = np.cumsum(in_largest) - 1
-    edges = new_id[edges[:, keep_edge]]
-    return pos[in_largest], edges, None if lengths is None else lengths[keep_edge]
-
-
-def _contract_degree2_chains(
-    num_nodes: int, edges: np.ndarray, lengths: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One pass of chain contraction: each maximal path through degree-2 nodes becomes one edge.
-
-    Returns the new edges, their lengths (sums along the chains) and a node mask of survivors. Chain ends that
-    meet (loops) vanish and parallel edges merge, which can leave new degree-2 nodes: callers repeat.
-    """
-    degree = np.bincount(edges.ravel(), minlength=num_nodes)
-    through = degree == 2
-    inner = through[edges]
-    kept_edges = ~inner.any(axis=0)
-    both_inner = inner.all(axis=0)
-    chain_graph = coo_matrix((np.ones(int(both_inner.sum())), tuple(edges[:, both_inner])),
-                             shape=(num_nodes, num_nodes))
-    _, chain = connected_components(chain_graph, directed=False)
-    # Every edge touching a degree-2 node belongs to that node's chain.
-    touching = ~kept_edges
-    edge_chain = np.where(inner[0], chain[edges[0]], chain[edges[1]])[touching]
-    chain_length = np.bincount(edge_chain, weights=lengths[touching], minlength=num_nodes)
-    boundary = touching & ~both_inner
-    outer_end = np.where(inner[0], edges[1], edges[0])[boundary]
-    boundary_chain = edge_chain[~both_inner[touching]]
-    order = np.argsort(boundary_chain, kind="stable")
-    ends = outer_end[order].reshape(-1, 2).T  # a chain in a tree-free graph has exactly two outer ends
-    end_chain = boundary_chain[order][::2]
-    new_edges = np.concatenate([edges[:, kept_edges], ends], axis=1)
-    new_lengths = np.concatenate([lengths[kept_edges], chain_length[end_chain]])
-    new_edges, new_lengths = _simple_edges(new_edges, new_lengths)
-    return new_edges, new_lengths, ~through
-
-
-def _simplify(pos: np.ndarray, edges: np.ndarray, lengths: np.ndarray):
-    """Contract degree-2 chains until none is left (OSMnx-style simplification)."""
-    while True:
-        degree = np.bincount(edges.ravel(), minlength=pos.shape[0])
-        if not (degree == 2).any():
-            return pos, edges, lengths
-        edges, lengths, survivors = _contract_degree2_chains(pos.shape[0], edges, lengths)
-        new_id = np.cumsum(survivors) - 1
-        pos, edges = pos[survivors], new_id[edges]
-        pos, edges, lengths = _largest_component(pos, edges, lengths)
-
-
 def _base_network(rng: np.random.Generator, num_seeds: int, side: float):
     seeds = _seed_points(rng, num_seeds, side)
     pos, edges = _voronoi_streets(seeds, side)
     pos, edges = _contract_shortest(pos, edges, 0.10)
     edges = _thin(rng, pos, edges, 0.12)
-    pos, edges, _ = _largest_component(pos, edges)
-    return _simplify(pos, edges, _lengths(pos, edges))
+    pos, edges, lengths, _ = contract_degree2_chains(pos, edges, _lengths(pos, edges))
+    return pos, edges, lengths
 
 
 def _arterials(rng: np.random.Generator, pos: np.ndarray, fraction: float) -> np.ndarray:

@@ -10,6 +10,7 @@ from kmipgt.nn.attention import (
 from kmipgt.nn.encoders import EdgeEncoder, FourierFeatures, NodeEncoder
 from kmipgt.nn.gated_gcn import GatedGCNLayer
 from kmipgt.nn.gps_layer import GPSLayer, build_local_mpnn, build_norm
+from kmipgt.nn.grf_attention import GRFAttention
 from kmipgt.nn.model import GraphTransformer, MLPHead
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "FourierFeatures",
     "FullAttention",
     "GPSLayer",
+    "GRFAttention",
     "GatedGCNLayer",
     "GraphTransformer",
     "KMIPAttention",

@@ -15,6 +15,7 @@ from torch_geometric.nn.attention.performer import orthogonal_matrix
 from torch_geometric.utils import scatter
 
 from kmipgt import ops
+from kmipgt.nn.grf_attention import GRFAttention
 
 
 class _MultiHeadProjections(torch.nn.Module):
@@ -230,7 +231,7 @@ class PerformerAttention(_MultiHeadProjections):
         )
 
 
-ATTENTION_KINDS = ("kmip", "full", "performer", "none")
+ATTENTION_KINDS = ("kmip", "full", "performer", "grf", "none")
 
 
 def build_global_attention(
@@ -252,7 +253,8 @@ def build_global_attention(
         k: keys per query; required by ``"kmip"``, ignored by the kinds that attend to all keys.
         head_dim: size of each head (default ``channels // heads``).
         dropout: attention dropout, applied only in training.
-        **extra: kind-specific options (``backend`` for k-MIP, ``num_features`` for Performer).
+        **extra: kind-specific options (``backend`` for k-MIP, ``num_features`` for Performer, the walk and
+            feature-map options of :class:`~kmipgt.nn.grf_attention.GRFAttention` for GRF).
     """
     if kind == "none":
         return None
@@ -264,4 +266,8 @@ def build_global_attention(
         return FullAttention(channels, heads, head_dim=head_dim, dropout=dropout, **extra)
     if kind == "performer":
         return PerformerAttention(channels, heads, head_dim=head_dim, dropout=dropout, **extra)
+    if kind == "grf":
+        if dropout != 0.0:
+            raise ValueError("attention kind 'grf' has no attention dropout; set attn_dropout to 0")
+        return GRFAttention(channels, heads, head_channels=head_dim, **extra)
     raise ValueError(f"attention kind must be one of {ATTENTION_KINDS}, got {kind!r}")

@@ -180,8 +180,10 @@ class Trainer:
 
     def _redraw_random_features(self) -> None:
         for module in self.model.modules():
-            if hasattr(module, "redraw_projection"):
-                module.redraw_projection()
+            # PerformerAttention and GRFAttention name their redraw differently
+            for name in ("redraw_projection", "redraw_projection_matrix"):
+                if hasattr(module, name):
+                    getattr(module, name)()
 
     def _train_epoch(self) -> float:
         self.model.train()

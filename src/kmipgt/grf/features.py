@@ -1,0 +1,168 @@
+"""Graph random features ``Φ̂ = Σ_t f_t P_t`` and the explicit mask ``M̂ = Φ̂Φ̂ᵀ``, differentiable in f."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from kmipgt.grf.sparse import CSRPattern
+from kmipgt.grf.walks import GRFWalks
+
+__all__ = ["GRFMaskPattern", "grf_features", "grf_mask", "grf_mask_pattern", "grf_mask_values"]
+
+
+def grf_features(walks: GRFWalks, f: Tensor) -> Tensor:
+    """Combine the per-step loads of ``walks`` with the modulation function ``f``.
+
+    Row i of the result is node i's graph random feature ``φ̂(v_i)``; ``Φ̂Φ̂ᵀ`` is an unbiased estimate
+    (off the diagonal, or exactly with independent walks on the two sides) of ``Σ_k α_k W^k`` with
+    ``α = f * f``. The sparsity pattern comes from the frozen walks; the values are
+    ``Σ_t f_t P_t[i, u]`` and carry autograd back to ``f``.
+
+    Args:
+        walks: output of :func:`kmipgt.grf.sample_walks`.
+        f: ``[max_len + 1]`` one modulation vector, or ``[H, max_len + 1]`` one per head. Keep it
+            non-negative (e.g. softplus) so that the mask and the attention normaliser stay positive.
+
+    Returns:
+        Coalesced sparse COO tensor ``[N, N]`` for 1-D ``f``, or ``[H, N, N]`` (one matrix per head,
+        all sharing the walks' pattern) for 2-D ``f``.
+    """
+    if not isinstance(walks, GRFWalks):
+        raise TypeError(f"`walks` must be a GRFWalks from sample_walks, got {type(walks).__name__}")
+    if not isinstance(f, Tensor) or not f.dtype.is_floating_point:
+        raise TypeError("`f` must be a floating-point torch.Tensor")
+    if f.dim() not in (1, 2) or f.shape[-1] != walks.max_len + 1:
+        raise ValueError(
+            f"`f` must have shape [max_len + 1] or [H, max_len + 1] with max_len={walks.max_len}, "
+            f"got {tuple(f.shape)}"
+        )
+    n = walks.num_nodes
+    load = walks.load.to(f.dtype)
+    if f.dim() == 1:
+        contributions = f[walks.step] * load
+        values = contributions.new_zeros(walks.nnz).index_add(0, walks.pair_index, contributions)
+        return torch.sparse_coo_tensor(walks.pairs, values, (n, n), is_coalesced=True, check_invariants=False)
+    heads = f.shape[0]
+    contributions = f[:, walks.step] * load
+    values = contributions.new_zeros(heads, walks.nnz).index_add(1, walks.pair_index, contributions)
+    head = torch.arange(heads, device=f.device).repeat_interleave(walks.nnz)
+    indices = torch.cat([head[None], walks.pairs.repeat(1, heads)])
+    return torch.sparse_coo_tensor(
+        indices, values.flatten(), (heads, n, n), is_coalesced=True, check_invariants=False
+    )
+
+
+@dataclass(frozen=True)
+class GRFMaskPattern:
+    """Sparsity pattern of ``M̂ = Φ̂Φ̂ᵀ`` and the products of ``Φ̂`` entries that sum into each entry.
+
+    ``M̂_ij = Σ_u Φ̂_iu Φ̂_ju``: every pair of nonzeros of ``Φ̂`` that share a column u adds one product.
+    Built once per set of walks; :func:`grf_mask` then assembles ``M̂`` for any f in O(pairs).
+
+    Attributes:
+        num_nodes: N.
+        indices: ``[2, M]`` int64 ``(i, j)`` nonzeros of ``M̂``, sorted row-major.
+        left: ``[Q]`` int64 position of ``Φ̂_iu`` among the walks' ``pairs``.
+        right: ``[Q]`` int64 position of ``Φ̂_ju``.
+        entry: ``[Q]`` int64 column of ``indices`` that the product ``Φ̂_iu Φ̂_ju`` adds to.
+    """
+
+    num_nodes: int
+    num_features: int
+    indices: Tensor
+    left: Tensor
+    right: Tensor
+    entry: Tensor
+
+    _block_patterns: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def nnz(self) -> int:
+        """Nonzeros of ``M̂``."""
+        return int(self.indices.shape[1])
+
+    def block_pattern(self, heads: int) -> CSRPattern:
+        """CSR pattern of ``M̂`` repeated on the diagonal of an ``[H·N, H·N]`` matrix (cached per H)."""
+        if heads not in self._block_patterns:
+            offset = (
+                torch.arange(heads, device=self.indices.device).repeat_interleave(self.nnz) * self.num_nodes
+            )
+            block = self.indices.repeat(1, heads) + offset
+            self._block_patterns[heads] = CSRPattern.from_indices(block, heads * self.num_nodes)
+        return self._block_patterns[heads]
+
+
+def grf_mask_pattern(walks: GRFWalks) -> GRFMaskPattern:
+    """The pattern of ``M̂ = Φ̂Φ̂ᵀ`` for features built from ``walks`` (any f, any number of heads).
+
+    Its size is ``Σ_u c_u²`` products for ``c_u`` walk visits to node u: about 18 N on a grid with 4
+    walkers and ``p_halt = 0.5``, but it grows with the square of the walk budget.
+    """
+    if not isinstance(walks, GRFWalks):
+        raise TypeError(f"`walks` must be a GRFWalks from sample_walks, got {type(walks).__name__}")
+    n = walks.num_nodes
+    row, col = walks.pairs
+    order = torch.argsort(col, stable=True)
+    sorted_col = col[order]
+    counts = torch.bincount(col, minlength=n)
+    first = counts.cumsum(0) - counts
+    partners = counts[sorted_col]
+    left_sorted = torch.repeat_interleave(torch.arange(row.numel(), device=row.device), partners)
+    offsets = torch.repeat_interleave(partners.cumsum(0) - partners, partners)
+    within = torch.arange(left_sorted.numel(), device=row.device) - offsets
+    right_sorted = first[sorted_col[left_sorted]] + within
+    left, right = order[left_sorted], order[right_sorted]
+    keys, entry = torch.unique(row[left] * n + row[right], return_inverse=True)
+    indices = torch.stack([keys // n, keys % n])
+    # Products sorted by their target entry make the per-forward scatter-add cache-friendly.
+    by_entry = torch.argsort(entry, stable=True)
+    return GRFMaskPattern(n, walks.nnz, indices, left[by_entry], right[by_entry], entry[by_entry])
+
+
+def grf_mask(features: Tensor, pattern: GRFMaskPattern) -> Tensor:
+    """The explicit sparse mask ``M̂ = Φ̂Φ̂ᵀ`` (per head), with autograd to the values of ``features``.
+
+    Args:
+        features: ``grf_features(walks, f)``: sparse ``[N, N]`` or ``[H, N, N]``.
+        pattern: ``grf_mask_pattern(walks)`` of the same walks.
+
+    Returns:
+        Coalesced sparse COO ``[N, N]`` or ``[H, N, N]`` with ``pattern.nnz`` nonzeros per head.
+    """
+    n = pattern.num_nodes
+    mask = grf_mask_values(feature_values(features, pattern), pattern)
+    heads = mask.shape[0]
+    if features.dim() == 2:
+        return torch.sparse_coo_tensor(
+            pattern.indices, mask[0], (n, n), is_coalesced=True, check_invariants=False
+        )
+    head = torch.arange(heads, device=mask.device).repeat_interleave(pattern.nnz)
+    indices = torch.cat([head[None], pattern.indices.repeat(1, heads)])
+    return torch.sparse_coo_tensor(
+        indices, mask.flatten(), (heads, n, n), is_coalesced=True, check_invariants=False
+    )
+
+
+def grf_mask_values(feature_values: Tensor, pattern: GRFMaskPattern) -> Tensor:
+    """``[H, M]`` values of ``M̂`` at ``pattern.indices`` from the ``[H, P]`` values of ``Φ̂``."""
+    products = feature_values[:, pattern.left] * feature_values[:, pattern.right]
+    return products.new_zeros(feature_values.shape[0], pattern.nnz).index_add(1, pattern.entry, products)
+
+
+def feature_values(features: Tensor, pattern: GRFMaskPattern) -> Tensor:
+    """``[H, P]`` values of a ``grf_features`` output (H = 1 for ``[N, N]``), checked against ``pattern``."""
+    if not isinstance(pattern, GRFMaskPattern):
+        raise TypeError(f"`pattern` must be a GRFMaskPattern, got {type(pattern).__name__}")
+    if not isinstance(features, Tensor) or features.layout != torch.sparse_coo:
+        raise TypeError("`features` must be a sparse COO tensor from grf_features")
+    n, p = pattern.num_nodes, pattern.num_features
+    heads = features.shape[0] if features.dim() == 3 else 1
+    if features.dim() not in (2, 3) or features.shape[-2:] != (n, n) or features._nnz() != heads * p:
+        raise ValueError(
+            f"`features` must come from the walks of `pattern`: [N, N] or [H, N, N] with N={n} and {p} "
+            f"nonzeros per head, got shape {tuple(features.shape)} with {features._nnz()} nonzeros"
+        )
+    return features.coalesce().values().view(heads, p)

@@ -1,0 +1,126 @@
+"""GRFAttention module: dense reference, walk caching, ragged batches, gradients."""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+import pytest
+import torch
+
+from kmipgt.nn import GRFAttention
+
+
+def _edge_index(graph: nx.Graph, offset: int = 0) -> torch.Tensor:
+    edges = np.array(graph.edges(), dtype=np.int64).reshape(-1, 2).T + offset
+    return torch.from_numpy(np.concatenate([edges, edges[::-1]], axis=1))
+
+
+def _two_graphs():
+    edge_index = torch.cat([_edge_index(nx.cycle_graph(6)), _edge_index(nx.path_graph(5), 6)], dim=1)
+    batch = torch.tensor([0] * 6 + [1] * 5)
+    return edge_index, batch
+
+
+@pytest.mark.parametrize("explicit_mask", [None, False, True])
+def test_forward_equals_dense_masked_attention(explicit_mask):
+    torch.manual_seed(0)
+    module = GRFAttention(
+        8,
+        heads=2,
+        num_walks=3,
+        max_len=4,
+        feature_map="elu",
+        global_weight=0.2,
+        seed=0,
+        explicit_mask=explicit_mask,
+    )
+    edge_index, batch = _two_graphs()
+    x = torch.randn(11, 8)
+    out = module(x, batch=batch, edge_index=edge_index)
+
+    phi = torch.stack(
+        [
+            sum(module.f[h, t] * module.walks(edge_index, 11).step_matrix(t).to_dense() for t in range(5))
+            for h in range(2)
+        ]
+    )
+    mask = phi @ phi.transpose(1, 2) + 0.2 * (batch[:, None] == batch[None, :]).float()
+    q, k, v = (lin(x).view(11, 2, 4) for lin in (module.q, module.k, module.v))
+    kernel = (
+        torch.einsum("ihd,jhd->hij", torch.nn.functional.elu(q) + 1, torch.nn.functional.elu(k) + 1) * mask
+    )
+    attended = torch.einsum("hij,jhe->ihe", kernel, v) / kernel.sum(-1).T[..., None]
+    torch.testing.assert_close(out, module.out(attended.reshape(11, 8)), rtol=1e-4, atol=1e-5)
+
+
+def test_asymmetric_softmax_form_equals_dense_attention_masked_by_features():
+    torch.manual_seed(1)
+    module = GRFAttention(
+        8, heads=2, num_walks=3, max_len=4, feature_map="softmax", form="asymmetric", seed=0
+    )
+    edge_index, batch = _two_graphs()
+    x = torch.randn(11, 8)
+    out = module(x, batch=batch, edge_index=edge_index)
+    walks = module.walks(edge_index, 11)
+    mask = torch.stack(
+        [sum(module.f[h, t] * walks.step_matrix(t).to_dense() for t in range(5)) for h in range(2)]
+    )
+    q, k, v = (lin(x).view(11, 2, 4) for lin in (module.q, module.k, module.v))
+    kernel = torch.exp(torch.einsum("ihd,jhd->hij", q, k) / 2.0) * mask
+    attended = torch.einsum("hij,jhe->ihe", kernel, v) / kernel.sum(-1).T[..., None]
+    torch.testing.assert_close(out, module.out(attended.reshape(11, 8)), rtol=1e-4, atol=1e-5)
+
+
+def test_walks_are_cached_for_a_fixed_graph_and_resampled_for_a_new_one():
+    module = GRFAttention(8, heads=2, seed=0)
+    edge_index, batch = _two_graphs()
+    x = torch.randn(11, 8)
+    module(x, batch=batch, edge_index=edge_index)
+    first = module.walks(edge_index, 11)
+    module(x, batch=batch, edge_index=edge_index.clone())
+    assert module.walks(edge_index, 11) is first
+    module(x, batch=batch, edge_index=edge_index[:, 2:])
+    assert module.walks(edge_index[:, 2:], 11) is not first
+
+
+def test_graphs_in_a_batch_do_not_see_each_other():
+    module = GRFAttention(8, heads=2, global_weight=0.5, seed=0)
+    edge_index, batch = _two_graphs()
+    x = torch.randn(11, 8)
+    before = module(x, batch=batch, edge_index=edge_index)
+    x2 = x.clone()
+    x2[6:] += 10 * torch.randn(5, 8)
+    after = module(x2, batch=batch, edge_index=edge_index)
+    torch.testing.assert_close(after[:6], before[:6])
+    assert not torch.allclose(after[6:], before[6:])
+
+
+def test_gradients_reach_f_and_projections():
+    module = GRFAttention(8, heads=2, feature_map="favor+", global_weight=0.1, seed=0)
+    edge_index, batch = _two_graphs()
+    module(torch.randn(11, 8), batch=batch, edge_index=edge_index).pow(2).sum().backward()
+    assert module.theta.grad is not None and bool(module.theta.grad.abs().sum() > 0)
+    assert all(p.grad is not None for p in module.parameters())
+
+
+def test_reset_and_redraw():
+    module = GRFAttention(8, heads=2, max_len=3, f_decay=0.5, feature_map="favor+")
+    torch.testing.assert_close(module.f, torch.exp(-0.5 * torch.arange(4.0)).expand(2, 4))
+    before = module.projection.clone()
+    module.redraw_projection_matrix()
+    assert not torch.equal(before, module.projection)
+    assert "GRFAttention(8, heads=2" in repr(module)
+
+
+def test_bad_input_is_rejected():
+    module = GRFAttention(8, heads=2)
+    with pytest.raises(ValueError, match="edge_index"):
+        module(torch.randn(4, 8))
+    with pytest.raises(ValueError, match="x"):
+        module(torch.randn(4, 7), edge_index=torch.tensor([[0], [1]]))
+    with pytest.raises(ValueError, match="heads"):
+        GRFAttention(9, heads=2)
+    with pytest.raises(ValueError, match="feature_map"):
+        GRFAttention(8, feature_map="softmax")
+    with pytest.raises(ValueError, match="global_weight"):
+        GRFAttention(8, feature_map="softmax", form="asymmetric", global_weight=0.1)
