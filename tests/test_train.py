@@ -89,6 +89,13 @@ def test_resume_equals_uninterrupted(tmp_path):
         assert resumed_metrics[key] == full_metrics[key]
 
 
+def test_threads_must_be_positive(tmp_path):
+    config = _toy_config(tmp_path)
+    config.threads = 0
+    with pytest.raises(ValueError, match="threads"):
+        Trainer(config, _toy_graph_data())
+
+
 def test_resume_rejects_a_different_config(tmp_path):
     data = _toy_graph_data()
     Trainer(_toy_config(tmp_path), data).fit(stop_after=1, progress=False)

@@ -78,7 +78,10 @@ class OptimConfig:
 
 @dataclass
 class Config:
-    """A whole run: data, task, model, optimiser, seed, device and output directory."""
+    """A whole run: data, task, model, optimiser, seed, device, CPU threads and output directory.
+
+    ``threads`` sets torch's intra-op CPU threads (``None``: torch's default, one per core).
+    """
 
     data: DataConfig = field(default_factory=DataConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
@@ -86,6 +89,7 @@ class Config:
     optim: OptimConfig = field(default_factory=OptimConfig)
     seed: int = 0
     device: str = "auto"
+    threads: int | None = None
     out_dir: str = "runs/default"
 
 

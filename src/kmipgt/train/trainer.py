@@ -150,6 +150,10 @@ class Trainer:
         self.config = config
         self.run_dir = Path(config.out_dir)
         self.device = resolve_device(config.device)
+        if config.threads is not None:
+            if config.threads <= 0:
+                raise ValueError(f"threads must be a positive int or null, got {config.threads}")
+            torch.set_num_threads(config.threads)
         seed_everything(config.seed)
         self.data = data if data is not None else prepare_data(config)
         seed_everything(config.seed)
