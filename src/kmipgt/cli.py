@@ -203,6 +203,47 @@ def _add_data(commands: argparse._SubParsersAction) -> None:
     synthetic.set_defaults(handler=_data_synthetic)
 
 
+def _train(args: argparse.Namespace) -> int:
+    import json
+
+    from kmipgt.train import load_config, train
+
+    config = load_config(args.config, args.overrides)
+    metrics = train(config, resume=args.resume, stop_after=args.stop_after, save_tokens=args.save_tokens,
+                    progress=not args.no_progress)
+    print(json.dumps(metrics, indent=2))
+    if metrics.get("complete"):
+        print(f"test {metrics['metric']}: {metrics['test']:.4f}  (run directory: {config.out_dir})")
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    import json
+
+    from kmipgt.train import evaluate_run
+
+    print(json.dumps(evaluate_run(args.run_dir, args.checkpoint), indent=2))
+    return 0
+
+
+def _add_train_eval(commands: argparse._SubParsersAction) -> None:
+    train = commands.add_parser("train", help="train a graph transformer from a YAML config")
+    train.add_argument("--config", type=Path, default=None, help="YAML config (default: built-in defaults)")
+    train.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config key, e.g. --set model.k=32 (repeatable)")
+    train.add_argument("--resume", action="store_true", help="continue from out_dir/last.pt")
+    train.add_argument("--stop-after", type=int, default=None, metavar="EPOCH",
+                       help="stop after this epoch (continue later with --resume)")
+    train.add_argument("--save-tokens", action="store_true",
+                       help="after training, save the first attention layer's query/key tokens to tokens.pt")
+    train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    train.set_defaults(handler=_train)
+    evaluate = commands.add_parser("eval", help="evaluate a trained run on every split")
+    evaluate.add_argument("run_dir", type=Path, help="run directory written by kmipgt train")
+    evaluate.add_argument("--checkpoint", choices=("best", "last"), default="best")
+    evaluate.set_defaults(handler=_eval)
+
+
 def _bench_grf(args: argparse.Namespace) -> int:
     from kmipgt.bench.grf import GRFBenchConfig, run_grf_benchmark
 
@@ -262,6 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench_search(bench)
     _add_bench_grf(bench)
     _add_data(commands)
+    _add_train_eval(commands)
     return parser
 
 

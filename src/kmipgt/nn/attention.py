@@ -1,0 +1,273 @@
+"""Global attention modules behind one interface: ``forward(x, batch=None, edge_index=None) -> x'``.
+
+Every module works on ragged PyG mini-batches (nodes of all graphs stacked, ``batch`` sorted) and never
+pads: queries only see keys of their own graph. ``edge_index`` is accepted by all of them so that a
+config can switch kinds freely; only topology-aware kinds (GRF) use it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+from torch_geometric.nn.attention.performer import orthogonal_matrix
+from torch_geometric.utils import scatter
+
+from kmipgt import ops
+from kmipgt.nn.grf_attention import GRFAttention
+
+
+class _MultiHeadProjections(torch.nn.Module):
+    """Shared q/k/v projections to H heads and the output projection back to ``channels``."""
+
+    def __init__(self, channels: int, heads: int, head_dim: int | None = None, dropout: float = 0.0):
+        super().__init__()
+        if channels <= 0:
+            raise ValueError(f"channels must be positive, got {channels}")
+        if heads <= 0:
+            raise ValueError(f"heads must be positive, got {heads}")
+        if head_dim is None:
+            if channels % heads != 0:
+                raise ValueError(
+                    f"channels ({channels}) must be divisible by heads ({heads}) when head_dim is not given"
+                )
+            head_dim = channels // heads
+        if head_dim <= 0:
+            raise ValueError(f"head_dim must be positive, got {head_dim}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.channels = channels
+        self.heads = heads
+        self.head_dim = head_dim
+        self.dropout = dropout
+        inner = heads * head_dim
+        self.lin_query = torch.nn.Linear(channels, inner)
+        self.lin_key = torch.nn.Linear(channels, inner)
+        self.lin_value = torch.nn.Linear(channels, inner)
+        self.lin_out = torch.nn.Linear(inner, channels)
+
+    def reset_parameters(self) -> None:
+        for lin in (self.lin_query, self.lin_key, self.lin_value, self.lin_out):
+            lin.reset_parameters()
+
+    def query_key(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Query and key tokens ``[N, H, head_dim]`` each, as the attention sees them."""
+        shape = (x.size(0), self.heads, self.head_dim)
+        return self.lin_query(x).view(shape), self.lin_key(x).view(shape)
+
+    def _qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        query, key = self.query_key(x)
+        return query, key, self.lin_value(x).view(query.shape)
+
+    def _merge_heads(self, out: Tensor) -> Tensor:
+        return self.lin_out(out.reshape(out.size(0), self.heads * self.head_dim))
+
+    def _check_input(self, x: Tensor, batch: Tensor | None) -> None:
+        if x.dim() != 2 or x.size(-1) != self.channels:
+            raise ValueError(f"x must have shape [N, {self.channels}], got {list(x.shape)}")
+        if batch is not None and batch.shape != (x.size(0),):
+            raise ValueError(f"batch must have shape [{x.size(0)}], got {list(batch.shape)}")
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}({self.channels}, heads={self.heads}, head_dim={self.head_dim})"
+
+
+class KMIPAttention(_MultiHeadProjections):
+    r"""Exact k-MIP attention: each query attends to the ``k`` keys of its graph with largest inner product.
+
+    .. math::
+        \mathbf{o}_i = W_O \big\Vert_{h=1}^{H} \sum_{j \in T_k^h(i)}
+        \operatorname{softmax}_j\!\Big(\frac{\mathbf{q}^h_i \cdot \mathbf{k}^h_j}{\sqrt{d}}\Big)
+        \mathbf{v}^h_j
+
+    where :math:`T_k^h(i)` are the ``k`` keys of :math:`i`'s graph with the largest
+    :math:`\mathbf{q}^h_i \cdot \mathbf{k}^h_j` (all of them when the graph has at most ``k`` nodes).
+    Memory is :math:`O(N k)` beyond the inputs; attention dropout acts on the k softmax weights.
+
+    Args:
+        channels: input and output size.
+        heads: number of heads H.
+        k: keys kept per query and head.
+        head_dim: size d of each head's query/key/value (default ``channels // heads``).
+        dropout: dropout on the attention weights, applied only in training.
+        backend: search backend passed to :func:`kmipgt.ops.kmip_attention`.
+    """
+
+    def __init__(
+        self,
+        channels: int,
+        heads: int,
+        k: int,
+        head_dim: int | None = None,
+        dropout: float = 0.0,
+        backend: str = "auto",
+    ):
+        super().__init__(channels, heads, head_dim, dropout)
+        if not isinstance(k, int) or k <= 0:
+            raise ValueError(f"k must be a positive int, got {k!r}")
+        self.k = k
+        self.backend = backend
+
+    def forward(self, x: Tensor, batch: Tensor | None = None, edge_index: Tensor | None = None) -> Tensor:
+        self._check_input(x, batch)
+        query, key, value = self._qkv(x)
+        out = ops.kmip_attention(
+            query,
+            key,
+            value,
+            self.k,
+            batch=batch,
+            dropout_p=self.dropout if self.training else 0.0,
+            backend=self.backend,
+        )
+        return self._merge_heads(out)
+
+    def __repr__(self) -> str:
+        return (
+            f"{self.__class__.__name__}({self.channels}, heads={self.heads}, head_dim={self.head_dim}, "
+            f"k={self.k})"
+        )
+
+
+class FullAttention(_MultiHeadProjections):
+    r"""Softmax attention over all nodes of the same graph (per-graph SDPA).
+
+    .. math::
+        \mathbf{o}_i = W_O \big\Vert_{h=1}^{H} \sum_{j \in g(i)}
+        \operatorname{softmax}_j\!\Big(\frac{\mathbf{q}^h_i \cdot \mathbf{k}^h_j}{\sqrt{d}}\Big)
+        \mathbf{v}^h_j
+
+    Args:
+        channels: input and output size.
+        heads: number of heads H.
+        head_dim: size of each head (default ``channels // heads``).
+        dropout: dropout on the attention weights, applied only in training.
+    """
+
+    def forward(self, x: Tensor, batch: Tensor | None = None, edge_index: Tensor | None = None) -> Tensor:
+        self._check_input(x, batch)
+        query, key, value = self._qkv(x)
+        out = ops.full_attention(
+            query, key, value, batch=batch, dropout_p=self.dropout if self.training else 0.0
+        )
+        return self._merge_heads(out)
+
+
+class PerformerAttention(_MultiHeadProjections):
+    r"""Linear attention with FAVOR+ positive orthogonal random features (Choromanski et al., 2021).
+
+    With :math:`\phi(\mathbf{x}) = m^{-1/2}\exp(W\mathbf{x} - \lVert\mathbf{x}\rVert^2/2)` applied to
+    :math:`d^{-1/4}`-scaled queries and keys, :math:`W \in \mathbb{R}^{m \times d}` random orthogonal rows,
+
+    .. math::
+        \mathbf{o}_i = \frac{\phi(\mathbf{q}_i)^\top \sum_{j \in g(i)} \phi(\mathbf{k}_j)\mathbf{v}_j^\top}
+        {\phi(\mathbf{q}_i)^\top \sum_{j \in g(i)} \phi(\mathbf{k}_j)}
+
+    The key sums run per graph (scatter over ``batch``), so no key leaks into another graph's output.
+    Call :meth:`redraw_projection` to resample :math:`W` (e.g. once per epoch).
+
+    Args:
+        channels: input and output size.
+        heads: number of heads H.
+        head_dim: size of each head (default ``channels // heads``).
+        num_features: number of random features m (default ``ceil(d log d)``).
+        dropout: dropout on the attention output, applied only in training (the weights are never
+            materialised, so they cannot be dropped individually).
+    """
+
+    def __init__(
+        self,
+        channels: int,
+        heads: int,
+        head_dim: int | None = None,
+        num_features: int | None = None,
+        dropout: float = 0.0,
+    ):
+        super().__init__(channels, heads, head_dim, dropout)
+        d = self.head_dim
+        self.num_features = num_features or max(d, math.ceil(d * math.log(max(d, 2))))
+        self.register_buffer("projection", orthogonal_matrix(self.num_features, d))
+
+    @torch.no_grad()
+    def redraw_projection(self) -> None:
+        """Resample the orthogonal random feature matrix in place."""
+        self.projection.copy_(orthogonal_matrix(self.num_features, self.head_dim))
+
+    def reset_parameters(self) -> None:
+        super().reset_parameters()
+        self.redraw_projection()
+
+    def _log_features(self, x: Tensor) -> Tensor:
+        """``log(sqrt(m)·phi(x))`` for ``x [N, H, d]`` -> ``[N, H, m]``."""
+        x = x * self.head_dim**-0.25
+        return x @ self.projection.t() - 0.5 * (x * x).sum(-1, keepdim=True)
+
+    def forward(self, x: Tensor, batch: Tensor | None = None, edge_index: Tensor | None = None) -> Tensor:
+        self._check_input(x, batch)
+        query, key, value = self._qkv(x)
+        if batch is None:
+            batch = x.new_zeros(x.size(0), dtype=torch.long)
+        num_graphs = int(batch.max()) + 1 if batch.numel() > 0 else 0
+        eps = 1e-6
+        # Stabilisers cancel in the ratio: per query row for phi(q), per graph and head for phi(k).
+        log_q = self._log_features(query)
+        phi_q = torch.exp(log_q - log_q.amax(-1, keepdim=True).detach()) + eps
+        log_k = self._log_features(key)
+        key_max = scatter(log_k.amax(-1).detach(), batch, dim=0, dim_size=num_graphs, reduce="max")
+        phi_k = torch.exp(log_k - key_max[batch].unsqueeze(-1)) + eps
+        kv = scatter(phi_k.unsqueeze(-1) * value.unsqueeze(-2), batch, dim=0, dim_size=num_graphs)
+        k_sum = scatter(phi_k, batch, dim=0, dim_size=num_graphs)
+        numerator = torch.einsum("nhm,nhmd->nhd", phi_q, kv[batch])
+        denominator = (phi_q * k_sum[batch]).sum(-1, keepdim=True)
+        out = numerator / denominator
+        out = torch.nn.functional.dropout(out, self.dropout, self.training)
+        return self._merge_heads(out)
+
+    def __repr__(self) -> str:
+        return (
+            f"{self.__class__.__name__}({self.channels}, heads={self.heads}, head_dim={self.head_dim}, "
+            f"num_features={self.num_features})"
+        )
+
+
+ATTENTION_KINDS = ("kmip", "full", "performer", "grf", "none")
+
+
+def build_global_attention(
+    kind: str,
+    channels: int,
+    heads: int,
+    *,
+    k: int | None = None,
+    head_dim: int | None = None,
+    dropout: float = 0.0,
+    **extra,
+) -> torch.nn.Module | None:
+    """Global attention module of the given ``kind``; ``None`` for ``"none"``.
+
+    Args:
+        kind: one of :data:`ATTENTION_KINDS`.
+        channels: input and output size.
+        heads: number of heads.
+        k: keys per query; required by ``"kmip"``, ignored by the kinds that attend to all keys.
+        head_dim: size of each head (default ``channels // heads``).
+        dropout: attention dropout, applied only in training.
+        **extra: kind-specific options (``backend`` for k-MIP, ``num_features`` for Performer, the walk and
+            feature-map options of :class:`~kmipgt.nn.grf_attention.GRFAttention` for GRF).
+    """
+    if kind == "none":
+        return None
+    if kind == "kmip":
+        if k is None:
+            raise ValueError("k is required for attention kind 'kmip'")
+        return KMIPAttention(channels, heads, k, head_dim=head_dim, dropout=dropout, **extra)
+    if kind == "full":
+        return FullAttention(channels, heads, head_dim=head_dim, dropout=dropout, **extra)
+    if kind == "performer":
+        return PerformerAttention(channels, heads, head_dim=head_dim, dropout=dropout, **extra)
+    if kind == "grf":
+        if dropout != 0.0:
+            raise ValueError("attention kind 'grf' has no attention dropout; set attn_dropout to 0")
+        return GRFAttention(channels, heads, head_channels=head_dim, **extra)
+    raise ValueError(f"attention kind must be one of {ATTENTION_KINDS}, got {kind!r}")

@@ -1,0 +1,135 @@
+"""GraphGPS layer: local message passing and global attention in parallel, then a feed-forward block."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch_geometric.nn import GINEConv
+
+from kmipgt.nn.attention import build_global_attention
+from kmipgt.nn.gated_gcn import GatedGCNLayer
+
+LOCAL_KINDS = ("gatedgcn", "gine", "none")
+NORM_KINDS = ("layer", "batch")
+
+
+def build_norm(kind: str, channels: int) -> torch.nn.Module:
+    """Node-wise ``LayerNorm`` (``"layer"``) or ``BatchNorm1d`` (``"batch"``)."""
+    if kind == "layer":
+        return torch.nn.LayerNorm(channels)
+    if kind == "batch":
+        return torch.nn.BatchNorm1d(channels)
+    raise ValueError(f"norm must be one of {NORM_KINDS}, got {kind!r}")
+
+
+def build_local_mpnn(kind: str, channels: int, dropout: float = 0.0) -> torch.nn.Module | None:
+    """GatedGCN (with edge updates), GINE (PyG ``GINEConv``) or ``None``."""
+    if kind == "gatedgcn":
+        return GatedGCNLayer(channels, dropout=dropout, residual=True)
+    if kind == "gine":
+        mlp = torch.nn.Sequential(
+            torch.nn.Linear(channels, channels), torch.nn.ReLU(), torch.nn.Linear(channels, channels)
+        )
+        return GINEConv(mlp, edge_dim=channels)
+    if kind == "none":
+        return None
+    raise ValueError(f"local MPNN must be one of {LOCAL_KINDS}, got {kind!r}")
+
+
+class GPSLayer(torch.nn.Module):
+    r"""One GraphGPS layer (Rampášek et al., 2022).
+
+    .. math::
+        \mathbf{h}_L &= \mathrm{Norm}(\mathbf{h} + \mathrm{Drop}(\mathrm{MPNN}(\mathbf{h}, \mathbf{e}))) \\
+        \mathbf{h}_G &= \mathrm{Norm}(\mathbf{h} + \mathrm{Drop}(\mathrm{Attn}(\mathbf{h}))) \\
+        \mathbf{h}' &= \mathrm{Norm}(\mathbf{h}_L + \mathbf{h}_G + \mathrm{FFN}(\mathbf{h}_L + \mathbf{h}_G))
+
+    GatedGCN carries its own residual, dropout and edge update (GraphGPS's ``CustomGatedGCN`` wiring);
+    GINE keeps the edge features unchanged. Either branch may be absent (``local="none"`` or
+    ``attention="none"``), but not both.
+
+    Args:
+        channels: hidden size.
+        local: local MPNN kind, one of :data:`LOCAL_KINDS`.
+        attention: global attention kind (see :func:`kmipgt.nn.attention.build_global_attention`).
+        heads: attention heads.
+        dropout: dropout after each branch and inside the FFN.
+        attn_dropout: dropout on the attention weights.
+        norm: ``"layer"`` or ``"batch"``.
+        activation: FFN activation (``"gelu"`` or ``"relu"``).
+        **attention_kwargs: passed to the attention factory (``k``, ``head_dim``, ...).
+    """
+
+    def __init__(
+        self,
+        channels: int,
+        local: str = "gatedgcn",
+        attention: str = "kmip",
+        heads: int = 4,
+        dropout: float = 0.0,
+        attn_dropout: float = 0.0,
+        norm: str = "layer",
+        activation: str = "gelu",
+        **attention_kwargs,
+    ):
+        super().__init__()
+        if activation not in ("gelu", "relu"):
+            raise ValueError(f"activation must be 'gelu' or 'relu', got {activation!r}")
+        self.channels = channels
+        self.local_kind = local
+        self.attention_kind = attention
+        self.dropout = dropout
+        self.activation = activation
+        self.local = build_local_mpnn(local, channels, dropout)
+        self.attention = build_global_attention(
+            attention, channels, heads, dropout=attn_dropout, **attention_kwargs
+        )
+        if self.local is None and self.attention is None:
+            raise ValueError("GPSLayer needs a local MPNN or a global attention; both are 'none'")
+        self.norm_local = build_norm(norm, channels) if self.local is not None else None
+        self.norm_attn = build_norm(norm, channels) if self.attention is not None else None
+        self.ffn_in = torch.nn.Linear(channels, 2 * channels)
+        self.ffn_out = torch.nn.Linear(2 * channels, channels)
+        self.norm_ffn = build_norm(norm, channels)
+
+    def reset_parameters(self) -> None:
+        for module in self.children():
+            if hasattr(module, "reset_parameters"):
+                module.reset_parameters()
+
+    def _local(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor) -> tuple[Tensor, Tensor]:
+        if isinstance(self.local, GatedGCNLayer):
+            h, edge_attr = self.local(x, edge_index, edge_attr)
+        else:
+            h = x + F.dropout(self.local(x, edge_index, edge_attr), self.dropout, self.training)
+        return self.norm_local(h), edge_attr
+
+    def _ffn(self, x: Tensor) -> Tensor:
+        act = F.gelu if self.activation == "gelu" else F.relu
+        h = F.dropout(act(self.ffn_in(x)), self.dropout, self.training)
+        return F.dropout(self.ffn_out(h), self.dropout, self.training)
+
+    def forward(
+        self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None, edge_attr: Tensor | None = None
+    ) -> tuple[Tensor, Tensor | None]:
+        """``x [N, C]``, ``edge_index [2, E]``, ``batch [N]``, ``edge_attr [E, C]`` -> (x', edge_attr')."""
+        branches = []
+        if self.local is not None:
+            if edge_attr is None:
+                raise ValueError(
+                    f"edge_attr [E, {self.channels}] is required by the local MPNN {self.local_kind!r}"
+                )
+            h_local, edge_attr = self._local(x, edge_index, edge_attr)
+            branches.append(h_local)
+        if self.attention is not None:
+            h_attn = self.attention(x, batch=batch, edge_index=edge_index)
+            branches.append(self.norm_attn(x + F.dropout(h_attn, self.dropout, self.training)))
+        h = sum(branches)
+        return self.norm_ffn(h + self._ffn(h)), edge_attr
+
+    def __repr__(self) -> str:
+        return (
+            f"{self.__class__.__name__}({self.channels}, local={self.local_kind}, "
+            f"attention={self.attention!r})"
+        )

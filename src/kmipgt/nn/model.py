@@ -1,0 +1,166 @@
+"""GraphTransformer: encoders, a stack of GPS layers and a node-, graph- or edge-level head."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch_geometric.nn import global_add_pool, global_mean_pool
+
+from kmipgt.nn.encoders import EdgeEncoder, NodeEncoder
+from kmipgt.nn.gps_layer import GPSLayer
+
+TASKS = ("node", "graph", "edge")
+POOLINGS = ("mean", "sum")
+
+
+class MLPHead(torch.nn.Module):
+    """``num_layers`` linear layers with activations between them (GraphGym's post-MP head)."""
+
+    def __init__(self, channels: int, out_channels: int, num_layers: int = 2, dropout: float = 0.0):
+        super().__init__()
+        if num_layers <= 0:
+            raise ValueError(f"head_layers must be positive, got {num_layers}")
+        self.dropout = dropout
+        self.lins = torch.nn.ModuleList(torch.nn.Linear(channels, channels) for _ in range(num_layers - 1))
+        self.lin_out = torch.nn.Linear(channels, out_channels)
+
+    def reset_parameters(self) -> None:
+        for lin in [*self.lins, self.lin_out]:
+            lin.reset_parameters()
+
+    def forward(self, x: Tensor) -> Tensor:
+        for lin in self.lins:
+            x = F.dropout(F.gelu(lin(x)), self.dropout, self.training)
+        return self.lin_out(x)
+
+
+class GraphTransformer(torch.nn.Module):
+    r"""GraphGPS-style graph transformer with any global attention kind (k-MIP by default).
+
+    ``NodeEncoder`` / ``EdgeEncoder`` -> ``num_layers`` × :class:`~kmipgt.nn.gps_layer.GPSLayer` -> head:
+
+    - ``task="node"``: an MLP per node, ``[N, out_channels]``;
+    - ``task="graph"``: mean or sum pooling per graph, then an MLP, ``[G, out_channels]``;
+    - ``task="edge"``: an MLP on :math:`\mathbf{h}_u \odot \mathbf{h}_v` for each pair in
+      ``edge_label_index``, ``[E', out_channels]``.
+
+    Args:
+        in_channels: raw node feature size.
+        channels: hidden size.
+        out_channels: output size (classes, labels or targets).
+        num_layers: number of GPS layers.
+        task: one of :data:`TASKS`.
+        edge_channels: raw edge feature size (0: featureless edges).
+        local: local MPNN kind (``"gatedgcn"``, ``"gine"``, ``"none"``).
+        attention: global attention kind (``"kmip"``, ``"full"``, ``"performer"``, ``"none"``, ...).
+        heads: attention heads.
+        k: keys per query for k-MIP attention.
+        head_dim: attention head size (default ``channels // heads``).
+        dropout: dropout in layers and head.
+        attn_dropout: dropout on attention weights.
+        norm: ``"layer"`` or ``"batch"``.
+        activation: FFN activation.
+        pooling: graph-level pooling, ``"mean"`` or ``"sum"``.
+        head_layers: layers of the output MLP.
+        coord_columns, num_frequencies, lappe_dim, rwse_dim: see :class:`~kmipgt.nn.encoders.NodeEncoder`.
+        attention_options: extra kind-specific options for the attention modules.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        channels: int,
+        out_channels: int,
+        num_layers: int = 4,
+        task: str = "node",
+        edge_channels: int = 0,
+        local: str = "gatedgcn",
+        attention: str = "kmip",
+        heads: int = 4,
+        k: int | None = 16,
+        head_dim: int | None = None,
+        dropout: float = 0.0,
+        attn_dropout: float = 0.0,
+        norm: str = "layer",
+        activation: str = "gelu",
+        pooling: str = "mean",
+        head_layers: int = 2,
+        coord_columns: list[int] | tuple[int, ...] = (),
+        num_frequencies: int = 0,
+        lappe_dim: int = 0,
+        rwse_dim: int = 0,
+        attention_options: dict | None = None,
+    ):
+        super().__init__()
+        if task not in TASKS:
+            raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+        if num_layers < 0:
+            raise ValueError(f"num_layers must be >= 0, got {num_layers}")
+        self.task = task
+        self.pooling = pooling
+        self.node_encoder = NodeEncoder(
+            in_channels, channels, coord_columns, num_frequencies, lappe_dim, rwse_dim
+        )
+        self.edge_encoder = EdgeEncoder(edge_channels, channels) if local != "none" else None
+        self.layers = torch.nn.ModuleList(
+            GPSLayer(
+                channels,
+                local=local,
+                attention=attention,
+                heads=heads,
+                dropout=dropout,
+                attn_dropout=attn_dropout,
+                norm=norm,
+                activation=activation,
+                k=k,
+                head_dim=head_dim,
+                **(attention_options or {}),
+            )
+            for _ in range(num_layers)
+        )
+        self.head = MLPHead(channels, out_channels, head_layers, dropout)
+
+    def reset_parameters(self) -> None:
+        for module in [self.node_encoder, self.edge_encoder, *self.layers, self.head]:
+            if module is not None:
+                module.reset_parameters()
+
+    def embed(
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        batch: Tensor | None = None,
+        edge_attr: Tensor | None = None,
+        lappe: Tensor | None = None,
+        rwse: Tensor | None = None,
+    ) -> Tensor:
+        """Node embeddings ``[N, channels]`` after the last GPS layer."""
+        h = self.node_encoder(x, lappe=lappe, rwse=rwse)
+        e = self.edge_encoder(edge_attr, edge_index.size(1)) if self.edge_encoder is not None else None
+        for layer in self.layers:
+            h, e = layer(h, edge_index, batch=batch, edge_attr=e)
+        return h
+
+    def forward(
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        batch: Tensor | None = None,
+        edge_attr: Tensor | None = None,
+        lappe: Tensor | None = None,
+        rwse: Tensor | None = None,
+        edge_label_index: Tensor | None = None,
+    ) -> Tensor:
+        """Predictions: ``[N, out]`` (node), ``[G, out]`` (graph) or ``[E', out]`` (edge)."""
+        h = self.embed(x, edge_index, batch, edge_attr, lappe, rwse)
+        if self.task == "graph":
+            pool = global_mean_pool if self.pooling == "mean" else global_add_pool
+            h = pool(h, batch)
+        elif self.task == "edge":
+            if edge_label_index is None:
+                raise ValueError("edge_label_index [2, E'] is required for task='edge'")
+            h = h[edge_label_index[0]] * h[edge_label_index[1]]
+        return self.head(h)

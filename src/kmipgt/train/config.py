@@ -1,0 +1,165 @@
+"""Run configuration: nested dataclasses read from YAML, with ``key.sub=value`` overrides."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+@dataclass
+class DataConfig:
+    """Which dataset and how to prepare it.
+
+    ``name`` picks a loader in :mod:`kmipgt.data` (see :data:`kmipgt.train.datasets.LOADERS`);
+    ``options`` are passed to it as keyword arguments (e.g. ``root``, ``num_nodes``, ``seed``).
+    """
+
+    name: str = "minnesota"
+    options: dict[str, Any] = field(default_factory=dict)
+    lappe_dim: int = 0
+    rwse_dim: int = 0
+    batch_size: int = 32
+    normalize_features: bool = True
+
+
+@dataclass
+class TaskConfig:
+    """What is predicted and how it is scored.
+
+    ``level``: ``node`` (one graph with train/val/test masks, full batch) or ``graph`` (many graphs,
+    mini-batches). ``loss``: ``cross_entropy``, ``bce`` (multi-label) or ``l1``. ``metric``:
+    ``accuracy``, ``macro_f1``, ``ap`` or ``mae``; the best checkpoint is chosen on it.
+    """
+
+    level: str = "node"
+    loss: str = "cross_entropy"
+    metric: str = "accuracy"
+
+
+@dataclass
+class ModelConfig:
+    """Arguments of :class:`kmipgt.nn.GraphTransformer` (sizes inferred from the data are left out)."""
+
+    channels: int = 64
+    num_layers: int = 4
+    local: str = "gatedgcn"
+    attention: str = "kmip"
+    heads: int = 4
+    k: int = 16
+    head_dim: int | None = None
+    dropout: float = 0.0
+    attn_dropout: float = 0.0
+    norm: str = "layer"
+    activation: str = "gelu"
+    pooling: str = "mean"
+    head_layers: int = 2
+    coord_columns: list[int] = field(default_factory=list)
+    num_frequencies: int = 0
+    attention_options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class OptimConfig:
+    """AdamW with linear warm-up then cosine decay to zero, and gradient-norm clipping."""
+
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    epochs: int = 100
+    warmup_epochs: int = 5
+    grad_clip: float = 1.0
+    eval_every: int = 1
+
+
+@dataclass
+class Config:
+    """A whole run: data, task, model, optimiser, seed, device, CPU threads and output directory.
+
+    ``threads`` sets torch's intra-op CPU threads (``None``: torch's default, one per core).
+    """
+
+    data: DataConfig = field(default_factory=DataConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    seed: int = 0
+    device: str = "auto"
+    threads: int | None = None
+    out_dir: str = "runs/default"
+
+
+def _coerce(value: Any, annotation: Any, name: str) -> Any:
+    """Check ``value`` against a field annotation (int -> float allowed) and convert nested dataclasses."""
+    if dataclasses.is_dataclass(annotation):
+        return _from_dict(annotation, value, f"{name}.")
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(annotation)
+        if value is None and type(None) in options:
+            return None
+        return _coerce(value, next(a for a in options if a is not type(None)), name)
+    if annotation is typing.Any:
+        return value
+    expected = origin or annotation
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+        raise TypeError(f"config key {name!r} expects {annotation}, got {value!r}")
+    return value
+
+
+def _from_dict(cls: type, values: Any, prefix: str = "") -> Any:
+    if not isinstance(values, dict):
+        raise TypeError(
+            f"config section {prefix.rstrip('.') or '<root>'!r} must be a mapping, got {values!r}"
+        )
+    fields = typing.get_type_hints(cls)
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise ValueError(
+            f"unknown config keys in {prefix.rstrip('.') or '<root>'!r}: {unknown}; known: {sorted(fields)}"
+        )
+    kwargs = {key: _coerce(value, fields[key], f"{prefix}{key}") for key, value in values.items()}
+    return cls(**kwargs)
+
+
+def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = tree
+    for part in parents:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ValueError(f"override {dotted!r}: {part!r} is not a section")
+    node[leaf] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"model.k=32"`` -> ``("model.k", 32)``; the value is read as YAML (numbers, lists, null, ...)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        raise ValueError(f"override must look like key.sub=value, got {text!r}")
+    return key.strip(), yaml.safe_load(raw)
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Read a YAML config (or start from defaults) and apply ``key.sub=value`` overrides.
+
+    Unknown keys and values of the wrong type raise, so a typo never silently keeps a default.
+    """
+    tree: dict = {}
+    if path is not None:
+        with open(path) as f:
+            tree = yaml.safe_load(f) or {}
+    for text in overrides:
+        _set_dotted(tree, *parse_override(text))
+    return _from_dict(Config, tree)
+
+
+def config_to_dict(config: Config) -> dict:
+    """Plain nested dict, suitable for ``yaml.safe_dump``."""
+    return dataclasses.asdict(config)

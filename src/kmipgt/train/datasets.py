@@ -1,0 +1,155 @@
+"""Turn a config's data section into model-ready graphs: load, normalise features, add encodings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch_geometric.data import Data
+
+from kmipgt.data import (
+    LaplacianPE,
+    RandomWalkSE,
+    digits_knn,
+    load_city_network,
+    lrgb_dataset,
+    minnesota,
+    synthetic_city,
+)
+from kmipgt.train.config import Config
+
+SPLITS = ("train", "val", "test")
+
+
+def lrgb_splits(root: str, name: str, **options) -> dict[str, list[Data]]:
+    """The train/val/test splits of a local LRGB copy (see :func:`kmipgt.data.lrgb_dataset`)."""
+    return {split: list(lrgb_dataset(root, name, split, **options)) for split in SPLITS}
+
+
+# config ``data.name`` -> loader; ``data.options`` are its keyword arguments
+LOADERS = {
+    "minnesota": minnesota,
+    "synthetic_city": synthetic_city,
+    "city_networks": load_city_network,
+    "digits_knn": digits_knn,
+    "lrgb": lrgb_splits,
+}
+
+
+@dataclass
+class PreparedData:
+    """Model-ready data: one graph with split masks (``level="node"``) or graph lists per split."""
+
+    level: str
+    graph: Data | None
+    splits: dict[str, list[Data]] | None
+    in_channels: int
+    edge_channels: int
+    out_channels: int
+    name: str
+
+
+def load_raw(config: Config):
+    """Call the loader registered for ``config.data.name`` with ``config.data.options``."""
+    name = config.data.name
+    if name not in LOADERS:
+        raise ValueError(f"data.name must be one of {sorted(LOADERS)}, got {name!r}")
+    return LOADERS[name](**config.data.options)
+
+
+def _edge_features(graph: Data) -> torch.Tensor | None:
+    """Edge features as ``[E, F]``: ``edge_attr`` if present, else log road length (lengths span decades)."""
+    if getattr(graph, "edge_attr", None) is not None:
+        attr = graph.edge_attr.float()
+        return attr.unsqueeze(-1) if attr.dim() == 1 else attr
+    if getattr(graph, "edge_length", None) is not None:
+        return torch.log1p(graph.edge_length.float().clamp_min(0)).unsqueeze(-1)
+    return None
+
+
+def _add_encodings(graph: Data, config: Config) -> Data:
+    if config.data.lappe_dim > 0:
+        graph = LaplacianPE(config.data.lappe_dim, attr_name="lappe")(graph)
+        del graph["lappe_eigval"]
+    if config.data.rwse_dim > 0:
+        graph = RandomWalkSE(config.data.rwse_dim, attr_name="rwse")(graph)
+    return graph
+
+
+def _standardise(graphs: list[Data], reference: list[Data], key: str) -> None:
+    """Z-score ``graph[key]`` columns in place with mean/std taken over the ``reference`` graphs."""
+    stacked = torch.cat([g[key] for g in reference])
+    mean, std = stacked.mean(0), stacked.std(0).clamp_min(1e-6)
+    for graph in graphs:
+        graph[key] = (graph[key] - mean) / std
+
+
+def _prepare_graph(graph: Data, config: Config) -> Data:
+    if getattr(graph, "x", None) is None:
+        raise ValueError(f"dataset {config.data.name!r} has graphs without node features x")
+    out = Data(x=graph.x.float(), edge_index=graph.edge_index, y=graph.y)
+    edge_attr = _edge_features(graph)
+    if edge_attr is not None:
+        out.edge_attr = edge_attr
+    for key in ("train_mask", "val_mask", "test_mask", "edge_label_index", "edge_label"):
+        if getattr(graph, key, None) is not None:
+            out[key] = graph[key]
+    return _add_encodings(out, config)
+
+
+def _out_channels(targets: torch.Tensor, loss: str) -> int:
+    if loss == "cross_entropy":
+        return int(targets.max()) + 1
+    return 1 if targets.dim() == 1 else targets.size(-1)
+
+
+def _as_split_lists(raw) -> dict[str, list[Data]]:
+    if not isinstance(raw, dict) or set(raw) != set(SPLITS):
+        raise ValueError(f"a graph-level dataset must be a dict with keys {SPLITS}, got {type(raw).__name__}")
+    return {split: list(raw[split]) for split in SPLITS}
+
+
+def prepare_data(config: Config) -> PreparedData:
+    """Load and prepare the dataset named in ``config.data`` for ``config.task.level``."""
+    raw = load_raw(config)
+    level = config.task.level
+    normalise = config.data.normalize_features
+    if level == "node":
+        if not isinstance(raw, Data):
+            raise ValueError(
+                f"task.level 'node' needs one graph (torch_geometric Data), got {type(raw).__name__}"
+            )
+        for mask in ("train_mask", "val_mask", "test_mask"):
+            if getattr(raw, mask, None) is None:
+                raise ValueError(f"task.level 'node' needs {mask} on the graph")
+        graph = _prepare_graph(raw, config)
+        if normalise:
+            _standardise([graph], [graph], "x")
+            if graph.edge_attr is not None:
+                _standardise([graph], [graph], "edge_attr")
+        graphs, targets = [graph], graph.y
+        splits = None
+    elif level == "graph":
+        splits = {
+            s: [_prepare_graph(g, config) for g in graphs] for s, graphs in _as_split_lists(raw).items()
+        }
+        if normalise:
+            everything = [g for s in SPLITS for g in splits[s]]
+            _standardise(everything, splits["train"], "x")
+            if everything[0].edge_attr is not None:
+                _standardise(everything, splits["train"], "edge_attr")
+        graphs, graph = splits["train"], None
+        targets = torch.cat([g.y for g in graphs])
+    else:
+        raise ValueError(f"task.level must be 'node' or 'graph', got {level!r}")
+    first = graphs[0]
+    edge_channels = first.edge_attr.size(-1) if first.edge_attr is not None else 0
+    return PreparedData(
+        level=level,
+        graph=graph,
+        splits=splits,
+        in_channels=first.x.size(-1),
+        edge_channels=edge_channels,
+        out_channels=_out_channels(targets, config.task.loss),
+        name=config.data.name,
+    )

@@ -1,0 +1,62 @@
+"""Evaluation metrics on model outputs: accuracy, macro-F1, average precision, mean absolute error."""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.metrics import average_precision_score, f1_score
+from torch import Tensor
+
+METRICS = ("accuracy", "macro_f1", "ap", "mae")
+
+
+def accuracy(logits: Tensor, target: Tensor) -> float:
+    """Share of rows whose arg-max class equals ``target``; ``logits [N, C]``, ``target [N]``."""
+    return (logits.argmax(-1) == target).float().mean().item()
+
+
+def macro_f1(logits: Tensor, target: Tensor) -> float:
+    """Unweighted mean of per-class F1 over the classes present in ``target`` or predicted."""
+    return float(f1_score(target.cpu().numpy(), logits.argmax(-1).cpu().numpy(), average="macro"))
+
+
+def average_precision(logits: Tensor, target: Tensor) -> float:
+    """Multi-label AP averaged over labels that have a positive (LRGB's Peptides-func metric).
+
+    ``logits [N, L]`` scores, ``target [N, L]`` in {0, 1}.
+    """
+    scores, labels = logits.float().cpu().numpy(), target.cpu().numpy()
+    per_label = [
+        average_precision_score(labels[:, j], scores[:, j])
+        for j in range(labels.shape[1])
+        if labels[:, j].sum() > 0
+    ]
+    if not per_label:
+        raise ValueError("average precision needs at least one label with a positive example")
+    return float(np.mean(per_label))
+
+
+def mean_absolute_error(pred: Tensor, target: Tensor) -> float:
+    """Mean of ``|pred - target|`` over all entries (same shapes)."""
+    return (pred.float() - target.float()).abs().mean().item()
+
+
+_FUNCTIONS = {
+    "accuracy": accuracy,
+    "macro_f1": macro_f1,
+    "ap": average_precision,
+    "mae": mean_absolute_error,
+}
+
+
+def compute_metric(name: str, output: Tensor, target: Tensor) -> float:
+    """Metric ``name`` (one of :data:`METRICS`) of ``output`` against ``target``."""
+    if name not in _FUNCTIONS:
+        raise ValueError(f"metric must be one of {METRICS}, got {name!r}")
+    return _FUNCTIONS[name](output, target)
+
+
+def higher_is_better(name: str) -> bool:
+    """Whether larger values of metric ``name`` are better (all but MAE)."""
+    if name not in _FUNCTIONS:
+        raise ValueError(f"metric must be one of {METRICS}, got {name!r}")
+    return name != "mae"

@@ -1,0 +1,412 @@
+"""The training loop: full batch for one large graph, mini-batches for many graphs, exact resume."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+import resource
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import yaml
+from torch_geometric.loader import DataLoader
+from tqdm import tqdm
+
+from kmipgt.nn import GraphTransformer
+from kmipgt.train.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from kmipgt.train.config import Config, config_to_dict, load_config
+from kmipgt.train.datasets import PreparedData, prepare_data
+from kmipgt.train.metrics import compute_metric, higher_is_better
+from kmipgt.train.report import plot_curves, write_csv, write_json
+
+LOSSES = ("cross_entropy", "bce", "l1")
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch so that a run is reproducible."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def resolve_device(name: str) -> torch.device:
+    """``"auto"`` -> CUDA when available, else CPU; anything else is passed to ``torch.device``."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def build_model(config: Config, data: PreparedData) -> GraphTransformer:
+    """The :class:`GraphTransformer` of ``config.model`` sized for ``data``."""
+    m = config.model
+    return GraphTransformer(
+        in_channels=data.in_channels,
+        channels=m.channels,
+        out_channels=data.out_channels,
+        num_layers=m.num_layers,
+        task=data.level,
+        edge_channels=data.edge_channels,
+        local=m.local,
+        attention=m.attention,
+        heads=m.heads,
+        k=m.k,
+        head_dim=m.head_dim,
+        dropout=m.dropout,
+        attn_dropout=m.attn_dropout,
+        norm=m.norm,
+        activation=m.activation,
+        pooling=m.pooling,
+        head_layers=m.head_layers,
+        coord_columns=m.coord_columns,
+        num_frequencies=m.num_frequencies,
+        lappe_dim=config.data.lappe_dim,
+        rwse_dim=config.data.rwse_dim,
+        attention_options=m.attention_options,
+    )
+
+
+def compute_loss(name: str, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Training loss ``name`` (one of :data:`LOSSES`)."""
+    if name == "cross_entropy":
+        return F.cross_entropy(output, target.long())
+    if name == "bce":
+        return F.binary_cross_entropy_with_logits(output, target.float().view_as(output))
+    if name == "l1":
+        return F.l1_loss(output, target.float().view_as(output))
+    raise ValueError(f"task.loss must be one of {LOSSES}, got {name!r}")
+
+
+def warmup_cosine(warmup_steps: int, total_steps: int):
+    """LR factor per optimiser step: linear warm-up to 1, then cosine decay to 0 at ``total_steps``."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+    return factor
+
+
+@contextlib.contextmanager
+def out_of_memory_hint(config: Config):
+    """Turn out-of-memory failures into an error that says what to shrink; nothing is skipped."""
+    try:
+        yield
+    except (torch.OutOfMemoryError, MemoryError) as error:
+        raise MemoryError(_oom_message(config)) from error
+    except RuntimeError as error:
+        text = str(error)
+        if "out of memory" in text or "can't allocate memory" in text or "not enough memory" in text:
+            raise MemoryError(_oom_message(config)) from error
+        raise
+
+
+def _oom_message(config: Config) -> str:
+    m = config.model
+    return (
+        f"out of memory training {m.attention!r} attention (k={m.k}, heads={m.heads}, channels={m.channels}, "
+        f"batch_size={config.data.batch_size}). Try a smaller model.k, fewer model.heads or model.channels, "
+        "a smaller data.batch_size, or an approximate search backend via model.attention_options.backend."
+    )
+
+
+def _forward(model: GraphTransformer, batch) -> torch.Tensor:
+    return model(
+        batch.x,
+        batch.edge_index,
+        batch=getattr(batch, "batch", None),
+        edge_attr=batch.edge_attr,
+        lappe=getattr(batch, "lappe", None),
+        rwse=getattr(batch, "rwse", None),
+    )
+
+
+@dataclass
+class _State:
+    """Everything that changes while training and is saved in checkpoints."""
+
+    epoch: int = 0
+    best_value: float | None = None
+    best_epoch: int | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Trainer:
+    """Trains ``config``'s model on its dataset, writing checkpoints and logs to ``config.out_dir``.
+
+    Run directory: ``config.yaml``, ``last.pt`` (every epoch, for ``resume``), ``best.pt`` (best
+    validation metric), ``log.csv``, ``curves.png``, ``metrics.json`` and, on request, ``tokens.pt``.
+    """
+
+    def __init__(self, config: Config, data: PreparedData | None = None):
+        self.config = config
+        self.run_dir = Path(config.out_dir)
+        self.device = resolve_device(config.device)
+        if config.threads is not None:
+            if config.threads <= 0:
+                raise ValueError(f"threads must be a positive int or null, got {config.threads}")
+            torch.set_num_threads(config.threads)
+        seed_everything(config.seed)
+        self.data = data if data is not None else prepare_data(config)
+        seed_everything(config.seed)
+        self.model = build_model(config, self.data).to(self.device)
+        self.loader_generator = torch.Generator().manual_seed(config.seed)
+        self.steps_per_epoch = self._steps_per_epoch()
+        opt = config.optim
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=opt.lr, weight_decay=opt.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer,
+            warmup_cosine(opt.warmup_epochs * self.steps_per_epoch, opt.epochs * self.steps_per_epoch),
+        )
+        self.state = _State()
+        self.higher_is_better = higher_is_better(config.task.metric)
+
+    def _steps_per_epoch(self) -> int:
+        if self.data.level == "node":
+            return 1
+        return math.ceil(len(self.data.splits["train"]) / self.config.data.batch_size)
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        return DataLoader(
+            self.data.splits[split],
+            batch_size=self.config.data.batch_size,
+            shuffle=shuffle,
+            generator=self.loader_generator if shuffle else None,
+        )
+
+    def _redraw_random_features(self) -> None:
+        for module in self.model.modules():
+            # PerformerAttention and GRFAttention name their redraw differently
+            for name in ("redraw_projection", "redraw_projection_matrix"):
+                if hasattr(module, name):
+                    getattr(module, name)()
+
+    def _train_epoch(self) -> float:
+        self.model.train()
+        self._redraw_random_features()
+        loss_name, clip = self.config.task.loss, self.config.optim.grad_clip
+        if self.data.level == "node":
+            graph = self.data.graph.to(self.device)
+            batches = [(graph, graph.train_mask)]
+        else:
+            batches = ((b.to(self.device), None) for b in self._loader("train", shuffle=True))
+        total, count = 0.0, 0
+        for batch, mask in batches:
+            output = _forward(self.model, batch)
+            target = batch.y
+            if mask is not None:
+                output, target = output[mask], target[mask]
+            loss = compute_loss(loss_name, output, target)
+            self.optimizer.zero_grad()
+            loss.backward()
+            if clip > 0:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+            self.optimizer.step()
+            self.scheduler.step()
+            total += loss.item() * target.size(0)
+            count += target.size(0)
+        return total / count
+
+    @torch.no_grad()
+    def evaluate(self, splits: tuple[str, ...] = ("train", "val", "test")) -> dict[str, float]:
+        """Metric ``config.task.metric`` on each split, in eval mode, over every node or graph."""
+        self.model.eval()
+        if self.data.level == "node":
+            graph = self.data.graph.to(self.device)
+            output, target = _forward(self.model, graph), graph.y
+            return {s: self._score(output[graph[f"{s}_mask"]], target[graph[f"{s}_mask"]]) for s in splits}
+        results = {}
+        for split in splits:
+            outputs, targets = [], []
+            for batch in self._loader(split, shuffle=False):
+                batch = batch.to(self.device)
+                outputs.append(_forward(self.model, batch))
+                targets.append(batch.y)
+            results[split] = self._score(torch.cat(outputs), torch.cat(targets))
+        return results
+
+    def _score(self, output: torch.Tensor, target: torch.Tensor) -> float:
+        if self.config.task.loss != "cross_entropy":
+            target = target.float().view_as(output)
+        return compute_metric(self.config.task.metric, output, target)
+
+    def _is_better(self, value: float) -> bool:
+        best = self.state.best_value
+        if best is None:
+            return True
+        return value > best if self.higher_is_better else value < best
+
+    def _checkpoint_content(self) -> dict[str, Any]:
+        return {
+            "config": config_to_dict(self.config),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "state": self.state.__dict__,
+            "rng": rng_state(self.loader_generator),
+        }
+
+    def resume(self) -> None:
+        """Continue from ``last.pt`` in the run directory, restoring weights, optimiser, history and RNG."""
+        checkpoint = load_checkpoint(self.run_dir / "last.pt")
+        saved = checkpoint["config"]
+        if saved != config_to_dict(self.config):
+            raise ValueError(
+                f"the config differs from the one saved in {self.run_dir / 'last.pt'}; "
+                "resume with the same config (or start a new out_dir)"
+            )
+        self.model.load_state_dict(checkpoint["model"])
+        self.optimizer.load_state_dict(checkpoint["optimizer"])
+        self.scheduler.load_state_dict(checkpoint["scheduler"])
+        self.state = _State(**checkpoint["state"])
+        set_rng_state(checkpoint["rng"], self.loader_generator)
+
+    def fit(self, stop_after: int | None = None, progress: bool = True) -> dict[str, Any]:
+        """Train up to ``optim.epochs`` (or stop after epoch ``stop_after``, resumable later).
+
+        Returns the final metrics (best checkpoint on validation, every split) once training is complete,
+        else the metrics of the last evaluation.
+        """
+        opt = self.config.optim
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.run_dir / "config.yaml", "w") as f:
+            yaml.safe_dump(config_to_dict(self.config), f, sort_keys=False)
+        last_epoch = opt.epochs if stop_after is None else min(opt.epochs, stop_after)
+        bar = tqdm(
+            range(self.state.epoch, last_epoch),
+            desc=f"train {self.data.name}",
+            disable=not progress,
+            file=sys.stderr,
+            initial=self.state.epoch,
+            total=opt.epochs,
+        )
+        for epoch in bar:
+            start = time.perf_counter()
+            with out_of_memory_hint(self.config):
+                loss = self._train_epoch()
+            row: dict[str, Any] = {
+                "epoch": epoch + 1,
+                "lr": self.optimizer.param_groups[0]["lr"],
+                "train_loss": loss,
+                "val": None,
+                "test": None,
+            }
+            if (epoch + 1) % opt.eval_every == 0 or epoch + 1 == opt.epochs:
+                with out_of_memory_hint(self.config):
+                    scores = self.evaluate(("val", "test"))
+                row.update(scores)
+                if self._is_better(scores["val"]):
+                    self.state.best_value, self.state.best_epoch = scores["val"], epoch + 1
+                    save_checkpoint(self.run_dir / "best.pt", model=self.model.state_dict(), epoch=epoch + 1)
+                bar.set_postfix(loss=f"{loss:.3f}", val=f"{scores['val']:.3f}", test=f"{scores['test']:.3f}")
+            row["seconds"] = time.perf_counter() - start
+            self.state.history.append(row)
+            self.state.epoch = epoch + 1
+            save_checkpoint(self.run_dir / "last.pt", **self._checkpoint_content())
+            write_csv(self.run_dir / "log.csv", self.state.history)
+        bar.close()
+        plot_curves(self.run_dir / "curves.png", self.state.history, self.config.task.metric)
+        if self.state.epoch < opt.epochs:
+            return {"epochs_done": self.state.epoch, "complete": False}
+        return self.finish()
+
+    def finish(self) -> dict[str, Any]:
+        """Evaluate the best checkpoint on every split and write ``metrics.json``."""
+        best = load_checkpoint(self.run_dir / "best.pt")
+        self.model.load_state_dict(best["model"])
+        with out_of_memory_hint(self.config):
+            scores = self.evaluate()
+        seconds = [row["seconds"] for row in self.state.history]
+        metrics = {
+            "dataset": self.data.name,
+            "metric": self.config.task.metric,
+            **scores,
+            "best_epoch": best["epoch"],
+            "epochs": self.state.epoch,
+            "seconds_per_epoch": float(np.mean(seconds)),
+            "parameters": sum(p.numel() for p in self.model.parameters()),
+            "peak_memory_mb": peak_memory_mb(self.device),
+            "complete": True,
+        }
+        write_json(self.run_dir / "metrics.json", metrics)
+        return metrics
+
+    @torch.no_grad()
+    def save_tokens(self) -> Path:
+        """Dump the first attention layer's query/key tokens on the full graph (eval mode) to ``tokens.pt``.
+
+        Format: ``{"query": [N, H, d], "key": [N, H, d], "dataset": name, "layer": 0}`` — the input of
+        ``kmipgt bench search``. For graph-level data the graph is the first test graph.
+        """
+        if not self.model.layers or self.model.layers[0].attention is None:
+            raise ValueError("save_tokens needs a model whose first layer has global attention")
+        attention = self.model.layers[0].attention
+        if not hasattr(attention, "query_key"):
+            raise ValueError(f"{type(attention).__name__} does not expose query/key tokens")
+        graph = self.data.graph if self.data.level == "node" else self.data.splits["test"][0]
+        captured = {}
+
+        def capture(module, args, kwargs):
+            captured["query"], captured["key"] = module.query_key(args[0])
+
+        self.model.eval()
+        handle = attention.register_forward_pre_hook(capture, with_kwargs=True)
+        try:
+            _forward(self.model, graph.to(self.device))
+        finally:
+            handle.remove()
+        path = self.run_dir / "tokens.pt"
+        torch.save(
+            {
+                "query": captured["query"].cpu(),
+                "key": captured["key"].cpu(),
+                "dataset": self.data.name,
+                "layer": 0,
+            },
+            path,
+        )
+        return path
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """Peak CUDA memory allocated by torch on ``device``, or the process's peak resident set on CPU."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def train(
+    config: Config,
+    resume: bool = False,
+    stop_after: int | None = None,
+    save_tokens: bool = False,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Train ``config`` (optionally resuming ``out_dir/last.pt``) and return the final metrics."""
+    trainer = Trainer(config)
+    if resume:
+        trainer.resume()
+    metrics = trainer.fit(stop_after=stop_after, progress=progress)
+    if save_tokens and metrics.get("complete"):
+        metrics["tokens"] = str(trainer.save_tokens())
+    return metrics
+
+
+def evaluate_run(run_dir: str | Path, checkpoint: str = "best") -> dict[str, float]:
+    """Re-evaluate a finished run's ``best.pt`` or ``last.pt`` on every split with its saved config."""
+    if checkpoint not in ("best", "last"):
+        raise ValueError(f"checkpoint must be 'best' or 'last', got {checkpoint!r}")
+    run_dir = Path(run_dir)
+    config = load_config(run_dir / "config.yaml")
+    trainer = Trainer(config)
+    trainer.model.load_state_dict(load_checkpoint(run_dir / f"{checkpoint}.pt")["model"])
+    with out_of_memory_hint(config):
+        return trainer.evaluate()

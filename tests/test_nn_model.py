@@ -1,0 +1,147 @@
+"""GatedGCN, GPSLayer and GraphTransformer: references, shapes, gradients, ragged batches, toy tasks."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_geometric.data import Batch, Data
+
+from kmipgt.nn import FourierFeatures, GatedGCNLayer, GPSLayer, GraphTransformer
+
+LOCALS = ("gatedgcn", "gine", "none")
+ATTENTIONS = ("kmip", "full", "performer", "none")  # "grf" samples walks per graph: shapes test only
+
+
+def _random_graph(num_nodes, channels=6, edge_channels=3, seed=0, num_edges=None):
+    gen = torch.Generator().manual_seed(seed)
+    num_edges = num_edges or 3 * num_nodes
+    edge_index = torch.randint(0, num_nodes, (2, num_edges), generator=gen)
+    return Data(
+        x=torch.randn(num_nodes, channels, generator=gen),
+        edge_index=edge_index,
+        edge_attr=torch.randn(num_edges, edge_channels, generator=gen),
+    )
+
+
+def test_gated_gcn_matches_per_node_loop():
+    torch.manual_seed(0)
+    layer = GatedGCNLayer(8, residual=True).eval()
+    graph = _random_graph(9, channels=8, edge_channels=8)
+    x, e, (src, dst) = graph.x, graph.edge_attr, graph.edge_index
+    out_x, out_e = layer(x, graph.edge_index, e)
+    expected_x, expected_e = [], []
+    for j in range(e.size(0)):
+        e_hat = layer.lin_c(e[j]) + layer.lin_d(x[dst[j]]) + layer.lin_e(x[src[j]])
+        expected_e.append(e[j] + F.relu(layer.norm_edge(e_hat[None]))[0])
+    for i in range(x.size(0)):
+        num, den = torch.zeros(8), torch.zeros(8)
+        for j in range(e.size(0)):
+            if dst[j] == i:
+                gate = torch.sigmoid(layer.lin_c(e[j]) + layer.lin_d(x[i]) + layer.lin_e(x[src[j]]))
+                num, den = num + gate * layer.lin_b(x[src[j]]), den + gate
+        h = layer.lin_a(x[i]) + num / (den + 1e-6)
+        expected_x.append(x[i] + F.relu(layer.norm_node(h[None]))[0])
+    torch.testing.assert_close(out_x, torch.stack(expected_x), atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(out_e, torch.stack(expected_e), atol=1e-5, rtol=1e-4)
+
+
+def test_fourier_features_are_sin_cos_octaves():
+    coords = torch.tensor([[0.25, -0.5]])
+    out = FourierFeatures(2)(coords)
+    angles = torch.tensor([0.25 * torch.pi, 0.5 * torch.pi, -0.5 * torch.pi, -torch.pi])
+    torch.testing.assert_close(out, torch.cat([angles.sin(), angles.cos()])[None])
+
+
+@pytest.mark.parametrize("local", LOCALS)
+@pytest.mark.parametrize("attention", [*ATTENTIONS, "grf"])
+@pytest.mark.parametrize("norm", ["layer", "batch"])
+def test_gps_layer_shapes_and_gradients(local, attention, norm):
+    if local == "none" and attention == "none":
+        with pytest.raises(ValueError, match="both are 'none'"):
+            GPSLayer(16, local=local, attention=attention)
+        return
+    torch.manual_seed(0)
+    layer = GPSLayer(16, local=local, attention=attention, heads=4, k=3, dropout=0.1, norm=norm)
+    graphs = [_random_graph(n, channels=16, edge_channels=16, seed=n) for n in (6, 9)]
+    batch = Batch.from_data_list(graphs)
+    x = batch.x.clone().requires_grad_(True)
+    edge_attr = batch.edge_attr.clone().requires_grad_(True)
+    out, out_edge = layer(x, batch.edge_index, batch=batch.batch, edge_attr=edge_attr)
+    assert out.shape == x.shape and out_edge.shape == edge_attr.shape
+    (out.square().sum() + out_edge.square().sum()).backward()
+    assert torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
+    for name, param in layer.named_parameters():
+        assert param.grad is not None, name
+
+
+@pytest.mark.parametrize("attention", ATTENTIONS)
+@pytest.mark.parametrize("task", ["node", "graph"])
+def test_ragged_batch_equals_each_graph_alone(attention, task):
+    torch.manual_seed(0)
+    model = GraphTransformer(
+        6, 16, 3, num_layers=2, task=task, edge_channels=3, attention=attention, heads=4, k=4,
+        coord_columns=[0, 1], num_frequencies=3,
+    ).eval()
+    graphs = [_random_graph(n, seed=n) for n in (10, 3, 7)]
+    batch = Batch.from_data_list(graphs)
+    together = model(batch.x, batch.edge_index, batch.batch, batch.edge_attr)
+    alone = torch.cat([model(g.x, g.edge_index, None, g.edge_attr) for g in graphs])
+    torch.testing.assert_close(together, alone, atol=1e-5, rtol=1e-4)
+
+
+def _train(model, step_inputs, target, loss_fn, steps=40, lr=1e-2):
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    losses = []
+    for _ in range(steps):
+        loss = loss_fn(model(**step_inputs), target)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_graph_level_toy_task_learns():
+    """Label = majority node type (one-hot features): needs pooling over the whole graph."""
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(1)
+    graphs = []
+    for _ in range(24):
+        n = int(torch.randint(4, 12, (1,), generator=gen))
+        types = torch.randint(0, 3, (n,), generator=gen)
+        g = _random_graph(n, seed=int(torch.randint(0, 10**6, (1,), generator=gen)))
+        g.x = F.one_hot(types, 3).float()
+        g.edge_attr = None
+        g.y = torch.bincount(types, minlength=3).argmax().view(1)
+        graphs.append(g)
+    batch = Batch.from_data_list(graphs)
+    model = GraphTransformer(3, 32, 3, num_layers=2, task="graph", attention="kmip", heads=4, k=4)
+    inputs = {"x": batch.x, "edge_index": batch.edge_index, "batch": batch.batch}
+    losses = _train(model, inputs, batch.y, F.cross_entropy)
+    assert losses[-1] < 0.25 * losses[0]
+
+
+def test_edge_level_toy_task_learns():
+    """Link label = both endpoints in the same community (the community is in the node features)."""
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(2)
+    n = 40
+    community = torch.randint(0, 4, (n,), generator=gen)
+    graph = _random_graph(n, channels=4, seed=3)
+    pairs = torch.randint(0, n, (2, 200), generator=gen)
+    target = (community[pairs[0]] == community[pairs[1]]).float().unsqueeze(-1)
+    model = GraphTransformer(4, 32, 1, num_layers=1, task="edge", attention="kmip", heads=4, k=8)
+    inputs = {
+        "x": F.one_hot(community, 4).float(), "edge_index": graph.edge_index, "edge_label_index": pairs,
+    }
+    losses = _train(model, inputs, target, F.binary_cross_entropy_with_logits)
+    assert losses[-1] < 0.25 * losses[0]
+
+
+def test_graph_transformer_argument_errors():
+    with pytest.raises(ValueError, match="task"):
+        GraphTransformer(3, 16, 2, task="link")
+    with pytest.raises(ValueError, match="coord_columns"):
+        GraphTransformer(3, 16, 2, coord_columns=[5], num_frequencies=2)
+    model = GraphTransformer(3, 16, 2, task="edge", k=2)
+    with pytest.raises(ValueError, match="edge_label_index"):
+        model(torch.randn(4, 3), torch.tensor([[0, 1], [1, 2]]))

@@ -1,0 +1,171 @@
+"""Training: config loading and overrides, metrics, exact resume, run outputs, the CLI."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import f1_score
+from torch_geometric.data import Data
+
+from kmipgt.cli import main
+from kmipgt.train import Trainer, build_model, load_config
+from kmipgt.train.datasets import LOADERS, PreparedData
+from kmipgt.train.metrics import compute_metric, higher_is_better
+
+
+def test_config_file_and_overrides(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("model:\n  k: 8\n  channels: 32\noptim:\n  lr: 0.01\n")
+    config = load_config(path, ["model.k=64", "optim.lr=1", "model.head_dim=null", "data.options={root: /d}"])
+    assert config.model.k == 64 and config.model.channels == 32
+    assert config.optim.lr == 1.0 and isinstance(config.optim.lr, float)
+    assert config.model.head_dim is None and config.data.options == {"root": "/d"}
+    assert config.model.attention == "kmip"  # untouched default
+    with pytest.raises(ValueError, match="unknown config keys in 'model'"):
+        load_config(path, ["model.kk=3"])
+    with pytest.raises(TypeError, match=r"model\.k"):
+        load_config(path, ["model.k=1.5"])
+    with pytest.raises(ValueError, match=r"key\.sub=value"):
+        load_config(path, ["model.k"])
+
+
+def test_metrics_against_references():
+    logits = torch.tensor([[2.0, 0.0, 0.0], [0.0, 3.0, 0.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
+    target = torch.tensor([0, 1, 1, 2])
+    assert compute_metric("accuracy", logits, target) == pytest.approx(0.5)
+    assert compute_metric("macro_f1", logits, target) == pytest.approx(
+        f1_score([0, 1, 1, 2], [0, 1, 2, 0], average="macro")
+    )
+    # two labels, perfect ranking on the first; the second has one positive ranked second of three
+    scores = torch.tensor([[0.9, 0.1], [0.2, 0.8], [0.1, 0.9]])
+    labels = torch.tensor([[1, 0], [0, 1], [0, 0]])
+    assert compute_metric("ap", scores, labels) == pytest.approx((1.0 + 0.5) / 2)
+    assert compute_metric("mae", torch.tensor([1.0, 2.0]), torch.tensor([2.0, 4.0])) == pytest.approx(1.5)
+    assert higher_is_better("ap") and not higher_is_better("mae")
+    with pytest.raises(ValueError, match="metric"):
+        compute_metric("auc", logits, target)
+
+
+def _toy_graph_data(num_graphs=24, seed=0) -> PreparedData:
+    gen = torch.Generator().manual_seed(seed)
+    graphs = []
+    for _ in range(num_graphs):
+        n = int(torch.randint(3, 9, (1,), generator=gen))
+        x = torch.randn(n, 4, generator=gen)
+        edge_index = torch.randint(0, n, (2, 2 * n), generator=gen)
+        graphs.append(Data(x=x, edge_index=edge_index, edge_attr=torch.randn(2 * n, 2, generator=gen),
+                           y=(x[:, 0].mean() > 0).long().view(1)))
+    splits = {"train": graphs[:16], "val": graphs[16:20], "test": graphs[20:]}
+    return PreparedData("graph", None, splits, in_channels=4, edge_channels=2, out_channels=2, name="toy")
+
+
+def _toy_config(out_dir, attention="performer"):
+    return load_config(None, [
+        f"out_dir={out_dir}", "task.level=graph", "data.batch_size=5", "optim.epochs=4",
+        "optim.warmup_epochs=1", "model.channels=16", "model.num_layers=2", f"model.attention={attention}",
+        "model.k=3", "model.dropout=0.2", "model.attn_dropout=0.1", "device=cpu",
+    ])
+
+
+def test_resume_equals_uninterrupted(tmp_path):
+    data = _toy_graph_data()
+    straight = Trainer(_toy_config(tmp_path / "a"), data)
+    full_metrics = straight.fit(progress=False)
+
+    interrupted = Trainer(_toy_config(tmp_path / "b"), data)
+    partial = interrupted.fit(stop_after=2, progress=False)
+    assert partial == {"epochs_done": 2, "complete": False}
+    resumed = Trainer(_toy_config(tmp_path / "b"), data)
+    resumed.resume()
+    resumed_metrics = resumed.fit(progress=False)
+
+    for key, value in straight.model.state_dict().items():
+        torch.testing.assert_close(resumed.model.state_dict()[key], value, atol=0, rtol=0)
+    losses = [[r["train_loss"] for r in t.state.history] for t in (straight, resumed)]
+    assert losses[0] == losses[1]
+    for key in ("train", "val", "test", "best_epoch"):
+        assert resumed_metrics[key] == full_metrics[key]
+
+
+def test_threads_must_be_positive(tmp_path):
+    config = _toy_config(tmp_path)
+    config.threads = 0
+    with pytest.raises(ValueError, match="threads"):
+        Trainer(config, _toy_graph_data())
+
+
+def test_resume_rejects_a_different_config(tmp_path):
+    data = _toy_graph_data()
+    Trainer(_toy_config(tmp_path), data).fit(stop_after=1, progress=False)
+    with pytest.raises(ValueError, match="config differs"):
+        Trainer(_toy_config(tmp_path, attention="kmip"), data).resume()
+
+
+def test_run_outputs_and_tokens(tmp_path):
+    trainer = Trainer(_toy_config(tmp_path, attention="kmip"), _toy_graph_data())
+    metrics = trainer.fit(progress=False)
+    for name in ("config.yaml", "last.pt", "best.pt", "log.csv", "curves.png", "metrics.json"):
+        assert (tmp_path / name).is_file(), name
+    assert json.loads((tmp_path / "metrics.json").read_text())["test"] == metrics["test"]
+    assert len((tmp_path / "log.csv").read_text().strip().splitlines()) == 1 + 4
+    tokens = torch.load(trainer.save_tokens())
+    n = trainer.data.splits["test"][0].num_nodes
+    assert tokens["query"].shape == tokens["key"].shape == (n, 4, 4)
+    assert tokens["dataset"] == "toy" and tokens["layer"] == 0
+    x = trainer.model.node_encoder(trainer.data.splits["test"][0].x)
+    torch.testing.assert_close(tokens["key"], trainer.model.layers[0].attention.lin_key(x).view(n, 4, 4))
+
+
+def _toy_road_graph(num_nodes=60, seed=0) -> Data:
+    """A node-level graph shaped like ``kmipgt.data.minnesota()`` (edge_length, masks), tiny."""
+    gen = torch.Generator().manual_seed(seed)
+    edge_index = torch.randint(0, num_nodes, (2, 3 * num_nodes), generator=gen)
+    order = torch.randperm(num_nodes, generator=gen)
+    masks = [torch.zeros(num_nodes, dtype=torch.bool) for _ in range(3)]
+    for mask, part in zip(masks, order.tensor_split(3), strict=True):
+        mask[part] = True
+    return Data(x=torch.randn(num_nodes, 4, generator=gen), edge_index=edge_index,
+                edge_length=100 * torch.rand(edge_index.size(1), generator=gen, dtype=torch.float64),
+                y=torch.randint(0, 3, (num_nodes,), generator=gen),
+                train_mask=masks[0], val_mask=masks[1], test_mask=masks[2])
+
+
+def test_cli_trains_and_evaluates_a_node_level_graph(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("kmipgt.train.datasets.load_raw", lambda config: _toy_road_graph())
+    out = tmp_path / "run"
+    main(["train", "--no-progress", "--save-tokens", "--set", f"out_dir={out}", "--set", "optim.epochs=3",
+          "--set", "model.num_layers=1", "--set", "model.channels=16", "--set", "model.k=4",
+          "--set", "data.rwse_dim=4", "--set", "data.lappe_dim=3", "--set", "model.coord_columns=[0,1]",
+          "--set", "model.num_frequencies=2"])
+    printed = capsys.readouterr().out
+    assert "test accuracy:" in printed
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert 0.0 <= metrics["test"] <= 1.0
+    assert torch.load(out / "tokens.pt")["query"].shape == (60, 4, 4)
+    main(["eval", str(out)])
+    evaluated = json.loads(capsys.readouterr().out)
+    assert np.isclose(evaluated["test"], metrics["test"])
+
+
+@pytest.mark.parametrize("path", sorted(Path(__file__).parents[1].joinpath("configs").glob("*.yaml")),
+                         ids=lambda p: p.stem)
+def test_shipped_configs_load_and_build(path):
+    config = load_config(path)
+    assert config.data.name in LOADERS
+    data = PreparedData(config.task.level, None, None, in_channels=40, edge_channels=1, out_channels=10,
+                        name=config.data.name)
+    build_model(config, data)
+
+
+def test_out_of_memory_is_an_error_with_a_hint(tmp_path, monkeypatch):
+    trainer = Trainer(_toy_config(tmp_path, attention="kmip"), _toy_graph_data())
+
+    def exhausted(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(trainer.model, "forward", exhausted)
+    with pytest.raises(MemoryError, match=r"smaller model\.k") as info:
+        trainer.fit(progress=False)
+    assert isinstance(info.value.__cause__, torch.OutOfMemoryError)
