@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 demo: setup
-	$(VENV)/bin/kmipgt bench attention --n-min 1024 --n-max 16384 --repeats 2 --out bench-out/demo
+	$(VENV)/bin/kmipgt train --config configs/minnesota.yaml
 
 test: setup
 	$(PY) -m pytest -q
