@@ -8,6 +8,14 @@ import sys
 from pathlib import Path
 
 
+def _config_from_args(config_class, args: argparse.Namespace, **values):
+    """A dataclass config whose fields not given in ``values`` are the same-named CLI options."""
+    from dataclasses import fields
+
+    options = {f.name: getattr(args, f.name) for f in fields(config_class) if hasattr(args, f.name)}
+    return config_class(**{**options, **values})
+
+
 def _csv(kind):
     return lambda text: [kind(item) for item in text.split(",") if item]
 
@@ -20,23 +28,10 @@ def _bench_attention(args: argparse.Namespace) -> int:
         run_attention_benchmark,
     )
 
-    config = AttentionBenchConfig(
+    config = _config_from_args(
+        AttentionBenchConfig,
+        args,
         n_values=args.n or geometric_grid(args.n_min, args.n_max),
-        methods=args.methods,
-        backends=args.backends,
-        passes=args.passes,
-        graphs=args.graphs,
-        heads=args.heads,
-        dim=args.dim,
-        dim_v=args.dim_v,
-        k=args.k,
-        repeats=args.repeats,
-        warmup=args.warmup,
-        device=args.device,
-        dtype=args.dtype,
-        time_budget=args.time_budget,
-        memory_budget_gb=args.memory_budget_gb,
-        seed=args.seed,
     )
     result = run_attention_benchmark(config, args.out)
     print(markdown_table(result))
@@ -77,24 +72,12 @@ def _bench_search(args: argparse.Namespace) -> int:
         search_markdown_table,
     )
 
-    config = SearchBenchConfig(
+    config = _config_from_args(
+        SearchBenchConfig,
+        args,
         n_values=args.n or geometric_grid(args.n_min, args.n_max, factor=4.0),
         backends=args.backends or default_backends(args.device),
         gemm=not args.no_gemm,
-        heads=args.heads,
-        dim=args.dim,
-        k=args.k,
-        nlist=args.nlist,
-        nprobe=args.nprobe,
-        tokens=args.tokens,
-        recall_queries=args.recall_queries,
-        repeats=args.repeats,
-        warmup=args.warmup,
-        device=args.device,
-        dtype=args.dtype,
-        time_budget=args.time_budget,
-        memory_budget_gb=args.memory_budget_gb,
-        seed=args.seed,
     )
     result = run_search_benchmark(config, args.out)
     print(search_markdown_table(result))
@@ -209,8 +192,13 @@ def _train(args: argparse.Namespace) -> int:
     from kmipgt.train import load_config, train
 
     config = load_config(args.config, args.overrides)
-    metrics = train(config, resume=args.resume, stop_after=args.stop_after, save_tokens=args.save_tokens,
-                    progress=not args.no_progress)
+    metrics = train(
+        config,
+        resume=args.resume,
+        stop_after=args.stop_after,
+        save_tokens=args.save_tokens,
+        progress=not args.no_progress,
+    )
     print(json.dumps(metrics, indent=2))
     if metrics.get("complete"):
         print(f"test {metrics['metric']}: {metrics['test']:.4f}  (run directory: {config.out_dir})")
@@ -229,13 +217,27 @@ def _eval(args: argparse.Namespace) -> int:
 def _add_train_eval(commands: argparse._SubParsersAction) -> None:
     train = commands.add_parser("train", help="train a graph transformer from a YAML config")
     train.add_argument("--config", type=Path, default=None, help="YAML config (default: built-in defaults)")
-    train.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a config key, e.g. --set model.k=32 (repeatable)")
+    train.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. --set model.k=32 (repeatable)",
+    )
     train.add_argument("--resume", action="store_true", help="continue from out_dir/last.pt")
-    train.add_argument("--stop-after", type=int, default=None, metavar="EPOCH",
-                       help="stop after this epoch (continue later with --resume)")
-    train.add_argument("--save-tokens", action="store_true",
-                       help="after training, save the first attention layer's query/key tokens to tokens.pt")
+    train.add_argument(
+        "--stop-after",
+        type=int,
+        default=None,
+        metavar="EPOCH",
+        help="stop after this epoch (continue later with --resume)",
+    )
+    train.add_argument(
+        "--save-tokens",
+        action="store_true",
+        help="after training, save the first attention layer's query/key tokens to tokens.pt",
+    )
     train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     train.set_defaults(handler=_train)
     evaluate = commands.add_parser("eval", help="evaluate a trained run on every split")
@@ -247,19 +249,9 @@ def _add_train_eval(commands: argparse._SubParsersAction) -> None:
 def _bench_grf(args: argparse.Namespace) -> int:
     from kmipgt.bench.grf import GRFBenchConfig, run_grf_benchmark
 
-    config = GRFBenchConfig(
-        n_min=args.n_min,
-        n_max=args.n_max,
-        heads=args.heads,
-        head_channels=args.head_channels,
-        num_walks=args.num_walks,
-        p_halt=args.p_halt,
-        max_len=args.max_len,
-        feature_map=args.feature_map,
-        dense_max=args.dense_max,
-        repeats=args.repeats,
-        threads=args.threads,
-        seed=args.seed,
+    config = _config_from_args(
+        GRFBenchConfig,
+        args,
     )
     result = run_grf_benchmark(config, args.out)
     for record in result["records"]:
