@@ -107,8 +107,9 @@ def test_reset_and_redraw():
     module = GRFAttention(8, heads=2, max_len=3, f_decay=0.5, feature_map="favor+")
     torch.testing.assert_close(module.f, torch.exp(-0.5 * torch.arange(4.0)).expand(2, 4))
     before = module.projection.clone()
-    module.redraw_projection_matrix()
+    module.redraw_projection()
     assert not torch.equal(before, module.projection)
+    GRFAttention(8, heads=2, feature_map="relu").redraw_projection()  # nothing to redraw: no error
     assert "GRFAttention(8, heads=2" in repr(module)
 
 

@@ -89,6 +89,18 @@ def test_resume_equals_uninterrupted(tmp_path):
         assert resumed_metrics[key] == full_metrics[key]
 
 
+@pytest.mark.parametrize("attention", ["kmip", "full", "performer", "grf", "none"])
+def test_every_attention_kind_trains_through_the_trainer(tmp_path, attention):
+    # Per-epoch hooks (e.g. random-feature redraws) must work for every kind, not only in module tests.
+    config = load_config(None, [
+        f"out_dir={tmp_path}", "task.level=graph", "data.batch_size=8", "optim.epochs=2",
+        "optim.warmup_epochs=1", "model.channels=16", "model.num_layers=1", f"model.attention={attention}",
+        "model.k=3", "model.attn_dropout=0.0", "device=cpu",
+    ])
+    metrics = Trainer(config, _toy_graph_data()).fit(progress=False)
+    assert metrics["complete"] and 0.0 <= metrics["test"] <= 1.0
+
+
 def test_threads_must_be_positive(tmp_path):
     config = _toy_config(tmp_path)
     config.threads = 0

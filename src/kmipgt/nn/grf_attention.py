@@ -144,15 +144,14 @@ class GRFAttention(torch.nn.Module):
             f = torch.exp(-self.f_decay * torch.arange(self.max_len + 1, dtype=torch.float))
             # Inverse softplus, so that softplus(theta) starts at f.
             self.theta.copy_((f + torch.log(-torch.expm1(-f))).expand_as(self.theta))
-        if self.projection is not None:
-            self.redraw_projection_matrix()
+        self.redraw_projection()
         self._cached_edge_index, self._cached_walks, self._cached_pattern = None, None, None
 
     @torch.no_grad()
-    def redraw_projection_matrix(self) -> None:
-        r"""Draws new FAVOR+ random features (only for ``feature_map="favor+"``)."""
+    def redraw_projection(self) -> None:
+        r"""Draws new FAVOR+ random features; deterministic feature maps have none, so it does nothing."""
         if self.projection is None:
-            raise ValueError("redraw_projection_matrix needs feature_map='favor+'")
+            return
         self.projection.copy_(
             orthogonal_random_features(
                 self.num_random_features, self.head_channels, device=self.projection.device

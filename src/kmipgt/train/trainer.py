@@ -184,10 +184,8 @@ class Trainer:
 
     def _redraw_random_features(self) -> None:
         for module in self.model.modules():
-            # PerformerAttention and GRFAttention name their redraw differently
-            for name in ("redraw_projection", "redraw_projection_matrix"):
-                if hasattr(module, name):
-                    getattr(module, name)()
+            if hasattr(module, "redraw_projection"):
+                module.redraw_projection()
 
     def _train_epoch(self) -> float:
         self.model.train()
