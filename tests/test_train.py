@@ -8,6 +8,7 @@ import pytest
 import torch
 from sklearn.metrics import f1_score
 from torch_geometric.data import Data
+from torch_geometric.utils import to_undirected
 
 from kmipgt.cli import main
 from kmipgt.train import Trainer, build_model, load_config
@@ -160,6 +161,17 @@ def test_cli_trains_and_evaluates_a_node_level_graph(tmp_path, capsys, monkeypat
     evaluated = json.loads(capsys.readouterr().out)
     assert np.isclose(evaluated["test"], metrics["test"])
 
+    # The trained model applied to a larger graph of the same kind, saving that graph's tokens elsewhere.
+    monkeypatch.setattr("kmipgt.train.datasets.load_raw",
+                        lambda config: _toy_road_graph(config.data.options["num_nodes"], seed=1))
+    bigger = tmp_path / "bigger"
+    main(["eval", str(out), "--save-tokens", "--set", "data.options={num_nodes: 90}",
+          "--set", f"out_dir={bigger}"])
+    evaluated = json.loads(capsys.readouterr().out)
+    assert evaluated["tokens"] == str(bigger / "tokens.pt")
+    assert torch.load(bigger / "tokens.pt")["key"].shape == (90, 4, 4)
+    assert not (out / "config.yaml").read_text().count("num_nodes")  # the run's own config is untouched
+
 
 @pytest.mark.parametrize("path", sorted(Path(__file__).parents[1].joinpath("configs").glob("*.yaml")),
                          ids=lambda p: p.stem)
@@ -181,3 +193,55 @@ def test_out_of_memory_is_an_error_with_a_hint(tmp_path, monkeypatch):
     with pytest.raises(MemoryError, match=r"smaller model\.k") as info:
         trainer.fit(progress=False)
     assert isinstance(info.value.__cause__, torch.OutOfMemoryError)
+
+
+def _toy_community_graph(num_nodes=120, seed=0) -> Data:
+    """Four dense communities with sparse links between them: edges are predictable from the features."""
+    gen = torch.Generator().manual_seed(seed)
+    community = torch.arange(num_nodes) % 4
+    pairs = torch.randint(0, num_nodes, (2, 8 * num_nodes), generator=gen)
+    same = community[pairs[0]] == community[pairs[1]]
+    keep = (same | (torch.rand(pairs.size(1), generator=gen) < 0.05)) & (pairs[0] != pairs[1])
+    edge_index = to_undirected(pairs[:, keep], num_nodes=num_nodes)
+    x = torch.nn.functional.one_hot(community, 4).float() + 0.3 * torch.randn(num_nodes, 4, generator=gen)
+    return Data(x=x, edge_index=edge_index, y=community)
+
+
+def _link_config(out_dir, epochs=40):
+    return load_config(None, [
+        f"out_dir={out_dir}", "task.level=edge", "task.loss=bce", "task.metric=roc_auc", "device=cpu",
+        f"optim.epochs={epochs}", "optim.warmup_epochs=2", "optim.lr=0.01", "model.channels=16",
+        "model.num_layers=1", "model.k=4", "data.rwse_dim=4",
+    ])
+
+
+def test_link_splits_hold_out_edges_and_pair_them_with_non_edges(tmp_path, monkeypatch):
+    graph = _toy_community_graph()
+    monkeypatch.setattr("kmipgt.train.datasets.load_raw", lambda config: graph)
+    data = Trainer(_link_config(tmp_path)).data
+    existing = {tuple(e) for e in graph.edge_index.t().tolist()}
+    train_edges = {tuple(e) for e in data.splits["train"][0].edge_index.t().tolist()}
+    for split in ("val", "test"):
+        part = data.splits[split][0]
+        pairs = [tuple(e) for e in part.edge_label_index.t().tolist()]
+        labels = part.edge_label.tolist()
+        assert sum(labels) == len(labels) / 2  # one negative per positive
+        for pair, label in zip(pairs, labels, strict=True):
+            assert (pair in existing) == bool(label)
+            assert pair not in train_edges  # held-out edges are not message-passing edges
+        assert part.rwse.shape == (graph.num_nodes, 4)
+
+
+def test_edge_level_task_trains_through_the_trainer(tmp_path, monkeypatch):
+    monkeypatch.setattr("kmipgt.train.datasets.load_raw", lambda config: _toy_community_graph())
+    trainer = Trainer(_link_config(tmp_path))
+    metrics = trainer.fit(progress=False)
+    losses = [row["train_loss"] for row in trainer.state.history]
+    assert losses[-1] < 0.8 * losses[0]
+    assert metrics["test"] > 0.75  # ROC-AUC of held-out edges against non-edges; chance is 0.5
+
+    resumed_dir = tmp_path / "resumed"
+    Trainer(_link_config(resumed_dir, epochs=40)).fit(stop_after=15, progress=False)
+    resumed = Trainer(_link_config(resumed_dir, epochs=40))
+    resumed.resume()
+    assert resumed.fit(progress=False)["test"] == metrics["test"]  # fresh negatives replay exactly

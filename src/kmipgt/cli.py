@@ -210,21 +210,26 @@ def _eval(args: argparse.Namespace) -> int:
 
     from kmipgt.train import evaluate_run
 
-    print(json.dumps(evaluate_run(args.run_dir, args.checkpoint), indent=2))
+    metrics = evaluate_run(args.run_dir, args.checkpoint, args.overrides, save_tokens=args.save_tokens)
+    print(json.dumps(metrics, indent=2))
     return 0
 
 
-def _add_train_eval(commands: argparse._SubParsersAction) -> None:
-    train = commands.add_parser("train", help="train a graph transformer from a YAML config")
-    train.add_argument("--config", type=Path, default=None, help="YAML config (default: built-in defaults)")
-    train.add_argument(
+def _add_overrides(parser: argparse.ArgumentParser, example: str) -> None:
+    parser.add_argument(
         "--set",
         dest="overrides",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a config key, e.g. --set model.k=32 (repeatable)",
+        help=f"override a config key, e.g. --set {example} (repeatable)",
     )
+
+
+def _add_train_eval(commands: argparse._SubParsersAction) -> None:
+    train = commands.add_parser("train", help="train a graph transformer from a YAML config")
+    train.add_argument("--config", type=Path, default=None, help="YAML config (default: built-in defaults)")
+    _add_overrides(train, "model.k=32")
     train.add_argument("--resume", action="store_true", help="continue from out_dir/last.pt")
     train.add_argument(
         "--stop-after",
@@ -243,6 +248,12 @@ def _add_train_eval(commands: argparse._SubParsersAction) -> None:
     evaluate = commands.add_parser("eval", help="evaluate a trained run on every split")
     evaluate.add_argument("run_dir", type=Path, help="run directory written by kmipgt train")
     evaluate.add_argument("--checkpoint", choices=("best", "last"), default="best")
+    _add_overrides(evaluate, "data.options.num_nodes=262144 (applied to the run's saved config)")
+    evaluate.add_argument(
+        "--save-tokens",
+        action="store_true",
+        help="also save the first attention layer's query/key tokens to out_dir/tokens.pt",
+    )
     evaluate.set_defaults(handler=_eval)
 
 

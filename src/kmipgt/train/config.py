@@ -18,6 +18,7 @@ class DataConfig:
 
     ``name`` picks a loader in :mod:`kmipgt.data` (see :data:`kmipgt.train.datasets.LOADERS`);
     ``options`` are passed to it as keyword arguments (e.g. ``root``, ``num_nodes``, ``seed``).
+    ``val_edges``/``test_edges``: shares of edges held out for edge-level (link) tasks.
     """
 
     name: str = "minnesota"
@@ -26,14 +27,18 @@ class DataConfig:
     rwse_dim: int = 0
     batch_size: int = 32
     normalize_features: bool = True
+    val_edges: float = 0.1
+    test_edges: float = 0.1
 
 
 @dataclass
 class TaskConfig:
     """What is predicted and how it is scored.
 
-    ``level``: ``node`` (one graph with train/val/test masks, full batch) or ``graph`` (many graphs,
-    mini-batches). ``loss``: ``cross_entropy``, ``bce`` (multi-label) or ``l1``. ``metric``:
+    ``level``: ``node`` (one graph with train/val/test masks, full batch), ``graph`` (many graphs,
+    mini-batches) or ``edge`` (link prediction on one graph: held-out edges against sampled non-edges,
+    full batch, fresh negatives every epoch; use ``loss: bce``).
+    ``loss``: ``cross_entropy``, ``bce`` (multi-label) or ``l1``. ``metric``:
     ``accuracy``, ``macro_f1``, ``ap`` or ``mae``; the best checkpoint is chosen on it.
     """
 

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import torch
 from torch_geometric.data import Data
+from torch_geometric.transforms import RandomLinkSplit
+from torch_geometric.utils import is_undirected
 
 from kmipgt.data import (
     LaplacianPE,
@@ -38,7 +40,11 @@ LOADERS = {
 
 @dataclass
 class PreparedData:
-    """Model-ready data: one graph with split masks (``level="node"``) or graph lists per split."""
+    """Model-ready data: one graph with split masks (``level="node"``) or graph lists per split.
+
+    ``level="edge"``: each split holds one graph whose ``edge_index`` is the message-passing graph and whose
+    ``edge_label_index``/``edge_label`` are the pairs to score (positives 1, sampled non-edges 0).
+    """
 
     level: str
     graph: Data | None
@@ -84,7 +90,7 @@ def _standardise(graphs: list[Data], reference: list[Data], key: str) -> None:
         graph[key] = (graph[key] - mean) / std
 
 
-def _prepare_graph(graph: Data, config: Config) -> Data:
+def _prepare_graph(graph: Data, config: Config, encodings: bool = True) -> Data:
     if getattr(graph, "x", None) is None:
         raise ValueError(f"dataset {config.data.name!r} has graphs without node features x")
     out = Data(x=graph.x.float(), edge_index=graph.edge_index, y=graph.y)
@@ -94,7 +100,25 @@ def _prepare_graph(graph: Data, config: Config) -> Data:
     for key in ("train_mask", "val_mask", "test_mask", "edge_label_index", "edge_label"):
         if getattr(graph, key, None) is not None:
             out[key] = graph[key]
-    return _add_encodings(out, config)
+    return _add_encodings(out, config) if encodings else out
+
+
+def _link_splits(graph: Data, config: Config) -> dict[str, list[Data]]:
+    """Hold out edges for validation and test (PyG's ``RandomLinkSplit``, one fixed negative per positive).
+
+    Positional encodings are computed on each split's message-passing graph, so held-out edges never leak
+    into the inputs; the training pairs' fixed negatives only score the ``train`` split, training itself
+    draws fresh ones every epoch.
+    """
+    graph = Data(x=graph.x, edge_index=graph.edge_index, edge_attr=graph.get("edge_attr"))
+    split = RandomLinkSplit(
+        num_val=config.data.val_edges,
+        num_test=config.data.test_edges,
+        is_undirected=is_undirected(graph.edge_index, num_nodes=graph.num_nodes),
+        add_negative_train_samples=True,
+    )
+    parts = split(graph)
+    return {name: [_add_encodings(part, config)] for name, part in zip(SPLITS, parts, strict=True)}
 
 
 def _out_channels(targets: torch.Tensor, loss: str) -> int:
@@ -109,47 +133,65 @@ def _as_split_lists(raw) -> dict[str, list[Data]]:
     return {split: list(raw[split]) for split in SPLITS}
 
 
+def _standardise_features(graphs: list[Data], reference: list[Data]) -> None:
+    _standardise(graphs, reference, "x")
+    if graphs[0].edge_attr is not None:
+        _standardise(graphs, reference, "edge_attr")
+
+
+def _single_graph(raw, level: str) -> Data:
+    if not isinstance(raw, Data):
+        raise ValueError(
+            f"task.level {level!r} needs one graph (torch_geometric Data), got {type(raw).__name__}"
+        )
+    return raw
+
+
+def _node_level(raw, config: Config) -> tuple[Data, Data, torch.Tensor]:
+    raw = _single_graph(raw, "node")
+    for mask in ("train_mask", "val_mask", "test_mask"):
+        if getattr(raw, mask, None) is None:
+            raise ValueError(f"task.level 'node' needs {mask} on the graph")
+    graph = _prepare_graph(raw, config)
+    if config.data.normalize_features:
+        _standardise_features([graph], [graph])
+    return graph, graph, graph.y
+
+
+def _graph_level(raw, config: Config) -> tuple[dict[str, list[Data]], Data, torch.Tensor]:
+    splits = {s: [_prepare_graph(g, config) for g in graphs] for s, graphs in _as_split_lists(raw).items()}
+    if config.data.normalize_features:
+        _standardise_features([g for s in SPLITS for g in splits[s]], splits["train"])
+    return splits, splits["train"][0], torch.cat([g.y for g in splits["train"]])
+
+
+def _edge_level(raw, config: Config) -> tuple[dict[str, list[Data]], Data, torch.Tensor]:
+    graph = _prepare_graph(_single_graph(raw, "edge"), config, encodings=False)
+    if config.data.normalize_features:
+        _standardise_features([graph], [graph])
+    splits = _link_splits(graph, config)
+    return splits, splits["train"][0], splits["train"][0].edge_label
+
+
 def prepare_data(config: Config) -> PreparedData:
     """Load and prepare the dataset named in ``config.data`` for ``config.task.level``."""
     raw = load_raw(config)
     level = config.task.level
-    normalise = config.data.normalize_features
+    graph, splits = None, None
     if level == "node":
-        if not isinstance(raw, Data):
-            raise ValueError(
-                f"task.level 'node' needs one graph (torch_geometric Data), got {type(raw).__name__}"
-            )
-        for mask in ("train_mask", "val_mask", "test_mask"):
-            if getattr(raw, mask, None) is None:
-                raise ValueError(f"task.level 'node' needs {mask} on the graph")
-        graph = _prepare_graph(raw, config)
-        if normalise:
-            _standardise([graph], [graph], "x")
-            if graph.edge_attr is not None:
-                _standardise([graph], [graph], "edge_attr")
-        graphs, targets = [graph], graph.y
-        splits = None
+        graph, first, targets = _node_level(raw, config)
     elif level == "graph":
-        splits = {
-            s: [_prepare_graph(g, config) for g in graphs] for s, graphs in _as_split_lists(raw).items()
-        }
-        if normalise:
-            everything = [g for s in SPLITS for g in splits[s]]
-            _standardise(everything, splits["train"], "x")
-            if everything[0].edge_attr is not None:
-                _standardise(everything, splits["train"], "edge_attr")
-        graphs, graph = splits["train"], None
-        targets = torch.cat([g.y for g in graphs])
+        splits, first, targets = _graph_level(raw, config)
+    elif level == "edge":
+        splits, first, targets = _edge_level(raw, config)
     else:
-        raise ValueError(f"task.level must be 'node' or 'graph', got {level!r}")
-    first = graphs[0]
-    edge_channels = first.edge_attr.size(-1) if first.edge_attr is not None else 0
+        raise ValueError(f"task.level must be 'node', 'graph' or 'edge', got {level!r}")
     return PreparedData(
         level=level,
         graph=graph,
         splits=splits,
         in_channels=first.x.size(-1),
-        edge_channels=edge_channels,
+        edge_channels=first.edge_attr.size(-1) if first.edge_attr is not None else 0,
         out_channels=_out_channels(targets, config.task.loss),
         name=config.data.name,
     )

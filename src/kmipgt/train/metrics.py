@@ -1,12 +1,12 @@
-"""Evaluation metrics on model outputs: accuracy, macro-F1, average precision, mean absolute error."""
+"""Evaluation metrics on model outputs: accuracy, macro-F1, average precision, ROC-AUC, mean abs. error."""
 
 from __future__ import annotations
 
 import numpy as np
-from sklearn.metrics import average_precision_score, f1_score
+from sklearn.metrics import average_precision_score, f1_score, roc_auc_score
 from torch import Tensor
 
-METRICS = ("accuracy", "macro_f1", "ap", "mae")
+METRICS = ("accuracy", "macro_f1", "ap", "roc_auc", "mae")
 
 
 def accuracy(logits: Tensor, target: Tensor) -> float:
@@ -19,20 +19,32 @@ def macro_f1(logits: Tensor, target: Tensor) -> float:
     return float(f1_score(target.cpu().numpy(), logits.argmax(-1).cpu().numpy(), average="macro"))
 
 
+def _mean_over_labels(score, logits: Tensor, target: Tensor, name: str) -> float:
+    """``score(labels, scores)`` per label column that has both classes, averaged."""
+    scores, labels = logits.float().cpu().numpy(), target.cpu().numpy()
+    if scores.ndim == 1:
+        scores, labels = scores[:, None], labels[:, None]
+    per_label = [
+        score(labels[:, j], scores[:, j])
+        for j in range(labels.shape[1])
+        if 0 < labels[:, j].sum() < labels.shape[0]
+    ]
+    if not per_label:
+        raise ValueError(f"{name} needs at least one label with both positive and negative examples")
+    return float(np.mean(per_label))
+
+
 def average_precision(logits: Tensor, target: Tensor) -> float:
     """Multi-label AP averaged over labels that have a positive (LRGB's Peptides-func metric).
 
-    ``logits [N, L]`` scores, ``target [N, L]`` in {0, 1}.
+    ``logits [N, L]`` (or ``[N]``) scores, ``target`` of the same shape in {0, 1}.
     """
-    scores, labels = logits.float().cpu().numpy(), target.cpu().numpy()
-    per_label = [
-        average_precision_score(labels[:, j], scores[:, j])
-        for j in range(labels.shape[1])
-        if labels[:, j].sum() > 0
-    ]
-    if not per_label:
-        raise ValueError("average precision needs at least one label with a positive example")
-    return float(np.mean(per_label))
+    return _mean_over_labels(average_precision_score, logits, target, "average precision")
+
+
+def roc_auc(logits: Tensor, target: Tensor) -> float:
+    """Area under the ROC curve, averaged over labels like :func:`average_precision` (link prediction)."""
+    return _mean_over_labels(roc_auc_score, logits, target, "ROC-AUC")
 
 
 def mean_absolute_error(pred: Tensor, target: Tensor) -> float:
@@ -44,6 +56,7 @@ _FUNCTIONS = {
     "accuracy": accuracy,
     "macro_f1": macro_f1,
     "ap": average_precision,
+    "roc_auc": roc_auc,
     "mae": mean_absolute_error,
 }
 

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 from torch_geometric.loader import DataLoader
+from torch_geometric.utils import negative_sampling
 from tqdm import tqdm
 
 from kmipgt.nn import GraphTransformer
@@ -126,7 +127,27 @@ def _forward(model: GraphTransformer, batch) -> torch.Tensor:
         edge_attr=batch.edge_attr,
         lappe=getattr(batch, "lappe", None),
         rwse=getattr(batch, "rwse", None),
+        edge_label_index=getattr(batch, "edge_label_index", None),
     )
+
+
+def _target(batch, level: str) -> torch.Tensor:
+    return batch.edge_label if level == "edge" else batch.y
+
+
+def with_fresh_negatives(graph):
+    """A shallow copy of a link-prediction graph scoring its positive pairs against newly sampled non-edges.
+
+    One negative per positive, drawn with PyG's ``negative_sampling`` (Python's RNG, saved in checkpoints)
+    among pairs that are not message-passing edges.
+    """
+    positives = graph.edge_label_index[:, graph.edge_label == 1]
+    negatives = negative_sampling(graph.edge_index, graph.num_nodes, num_neg_samples=positives.size(1))
+    out = graph.clone()
+    out.edge_label_index = torch.cat([positives, negatives], dim=1)
+    labels = [positives.new_ones(positives.size(1)), negatives.new_zeros(negatives.size(1))]
+    out.edge_label = torch.cat(labels)
+    return out
 
 
 @dataclass
@@ -170,7 +191,7 @@ class Trainer:
         self.higher_is_better = higher_is_better(config.task.metric)
 
     def _steps_per_epoch(self) -> int:
-        if self.data.level == "node":
+        if self.data.level in ("node", "edge"):
             return 1
         return math.ceil(len(self.data.splits["train"]) / self.config.data.batch_size)
 
@@ -191,15 +212,18 @@ class Trainer:
         self.model.train()
         self._redraw_random_features()
         loss_name, clip = self.config.task.loss, self.config.optim.grad_clip
-        if self.data.level == "node":
+        level = self.data.level
+        if level == "node":
             graph = self.data.graph.to(self.device)
             batches = [(graph, graph.train_mask)]
+        elif level == "edge":
+            batches = [(with_fresh_negatives(self.data.splits["train"][0]).to(self.device), None)]
         else:
             batches = ((b.to(self.device), None) for b in self._loader("train", shuffle=True))
         total, count = 0.0, 0
         for batch, mask in batches:
             output = _forward(self.model, batch)
-            target = batch.y
+            target = _target(batch, level)
             if mask is not None:
                 output, target = output[mask], target[mask]
             loss = compute_loss(loss_name, output, target)
@@ -215,19 +239,21 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self, splits: tuple[str, ...] = ("train", "val", "test")) -> dict[str, float]:
-        """Metric ``config.task.metric`` on each split, in eval mode, over every node or graph."""
+        """Metric ``config.task.metric`` on each split, in eval mode, over every node, graph or edge pair."""
         self.model.eval()
-        if self.data.level == "node":
+        level = self.data.level
+        if level == "node":
             graph = self.data.graph.to(self.device)
             output, target = _forward(self.model, graph), graph.y
             return {s: self._score(output[graph[f"{s}_mask"]], target[graph[f"{s}_mask"]]) for s in splits}
         results = {}
         for split in splits:
             outputs, targets = [], []
-            for batch in self._loader(split, shuffle=False):
+            batches = self.data.splits[split] if level == "edge" else self._loader(split, shuffle=False)
+            for batch in batches:
                 batch = batch.to(self.device)
                 outputs.append(_forward(self.model, batch))
-                targets.append(batch.y)
+                targets.append(_target(batch, level))
             results[split] = self._score(torch.cat(outputs), torch.cat(targets))
         return results
 
@@ -342,7 +368,8 @@ class Trainer:
         """Dump the first attention layer's query/key tokens on the full graph (eval mode) to ``tokens.pt``.
 
         Format: ``{"query": [N, H, d], "key": [N, H, d], "dataset": name, "layer": 0}`` — the input of
-        ``kmipgt bench search``. For graph-level data the graph is the first test graph.
+        ``kmipgt bench search``. For graph-level data the graph is the first test graph, for edge-level data
+        the test split's message-passing graph.
         """
         if not self.model.layers or self.model.layers[0].attention is None:
             raise ValueError("save_tokens needs a model whose first layer has global attention")
@@ -361,6 +388,7 @@ class Trainer:
             _forward(self.model, graph.to(self.device))
         finally:
             handle.remove()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         path = self.run_dir / "tokens.pt"
         torch.save(
             {
@@ -398,13 +426,27 @@ def train(
     return metrics
 
 
-def evaluate_run(run_dir: str | Path, checkpoint: str = "best") -> dict[str, float]:
-    """Re-evaluate a finished run's ``best.pt`` or ``last.pt`` on every split with its saved config."""
+def evaluate_run(
+    run_dir: str | Path,
+    checkpoint: str = "best",
+    overrides: list[str] | tuple[str, ...] = (),
+    save_tokens: bool = False,
+) -> dict[str, Any]:
+    """Re-evaluate a finished run's ``best.pt`` or ``last.pt`` on every split with its saved config.
+
+    ``overrides`` (``key.sub=value``) change the saved config first, e.g. to apply a model trained on a
+    10k-node synthetic city to a 262k-node one (``data.options.num_nodes=262144``) and, with
+    ``save_tokens``, dump that graph's query/key tokens to ``out_dir/tokens.pt`` (set ``out_dir`` to keep
+    the run directory untouched).
+    """
     if checkpoint not in ("best", "last"):
         raise ValueError(f"checkpoint must be 'best' or 'last', got {checkpoint!r}")
     run_dir = Path(run_dir)
-    config = load_config(run_dir / "config.yaml")
+    config = load_config(run_dir / "config.yaml", overrides)
     trainer = Trainer(config)
     trainer.model.load_state_dict(load_checkpoint(run_dir / f"{checkpoint}.pt")["model"])
     with out_of_memory_hint(config):
-        return trainer.evaluate()
+        metrics: dict[str, Any] = trainer.evaluate()
+        if save_tokens:
+            metrics["tokens"] = str(trainer.save_tokens())
+    return metrics
