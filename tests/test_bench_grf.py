@@ -23,13 +23,13 @@ def test_grid_matches_networkx_lattice():
 
 def test_scaling_summary_ratios():
     def record(method, n, seconds, peak):
-        return {"method": method, "num_nodes": n, "seconds_min": seconds, "peak_bytes": peak}
+        return {"method": method, "n": n, "status": "ok", "time_min": seconds, "peak_memory_bytes": peak}
 
     records = [
         record("grf", 16, 1.0, 100),
         record("grf", 64, 3.0, 500),
         record("linear", 64, 0.5, 50),
-        {"method": "dense", "num_nodes": 64, "error": "worker exit code -9"},
+        {"method": "dense", "n": 64, "status": "skipped", "reason": "killed by signal 9"},
     ]
     summary = scaling_summary(records, 16, 64)
     assert summary["x4_steps"]["grf"] == [{"from": 16, "to": 64, "time": 3.0, "memory": 5.0}]
@@ -43,3 +43,18 @@ def test_config_sizes_are_powers_of_two_and_validated():
         GRFBenchConfig(n_min=4096, n_max=1024).sizes()
     with pytest.raises(ValueError, match="power of two"):
         GRFBenchConfig(n_min=1000, n_max=4000).sizes()
+
+
+def test_benchmark_runs_its_points_in_fresh_processes(tmp_path, monkeypatch):
+    from kmipgt.bench.grf import run_grf_benchmark
+
+    # Two methods keep the test short (one interpreter start each); the dense one only up to dense_max.
+    monkeypatch.setattr("kmipgt.bench.grf.METHODS", ("grf_layer", "dense"))
+    config = GRFBenchConfig(n_min=64, n_max=128, dense_max=64, repeats=1, max_len=3)
+    result = run_grf_benchmark(config, tmp_path)
+    assert [(r["method"], r["n"]) for r in result["records"]] == [("grf_layer", 64), ("dense", 64),
+                                                                  ("grf_layer", 128)]
+    for record in result["records"]:
+        assert record["status"] == "ok", record
+        assert record["time_min"] > 0 and record["grid"][0] == 8
+    assert (tmp_path / "grf.json").is_file() and (tmp_path / "grf.png").is_file()

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from kmipgt.malloc import retain_freed_memory
+
 
 def _config_from_args(config_class, args: argparse.Namespace, **values):
     """A dataclass config whose fields not given in ``values`` are the same-named CLI options."""
@@ -266,12 +268,12 @@ def _bench_grf(args: argparse.Namespace) -> int:
     )
     result = run_grf_benchmark(config, args.out)
     for record in result["records"]:
-        if "error" in record:
-            print(f"{record['method']:>12} N={record['num_nodes']:>7}  {record['error']}")
+        if record["status"] != "ok":
+            print(f"{record['method']:>12} N={record['n']:>7}  {record['status']}: {record['reason']}")
         else:
             print(
-                f"{record['method']:>12} N={record['num_nodes']:>7}  {record['seconds_min']:.4f} s  "
-                f"{record['peak_bytes'] / 2**20:9.1f} MiB"
+                f"{record['method']:>12} N={record['n']:>7}  {record['time_min']:.4f} s  "
+                f"{record['peak_memory_bytes'] / 2**20:9.1f} MiB"
             )
     print(json.dumps(result["summary"], indent=2))
     print(f"wrote {args.out}/grf.json and {args.out}/grf.png")
@@ -291,6 +293,7 @@ def _add_bench_grf(bench: argparse._SubParsersAction) -> None:
     parser.add_argument("--dense-max", type=int, default=2**13, help="largest N for the dense-mask baseline")
     parser.add_argument("--repeats", type=int, default=3, help="timed forwards per point (median reported)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per measurement")
+    parser.add_argument("--time-budget", type=float, default=600.0, help="seconds per point before time-out")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="bench-out/grf", help="folder for grf.json and grf.png")
     parser.set_defaults(handler=_bench_grf)
@@ -312,4 +315,5 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    retain_freed_memory()
     return args.handler(args)

@@ -1,8 +1,9 @@
 """Benchmark of GRF-masked linear attention: time and peak memory against N on 2-D grid graphs.
 
-Each (method, N) point runs in a fresh spawned interpreter, so its peak resident memory
-(``ru_maxrss`` after the run minus ``ru_maxrss`` once the inputs exist) is not polluted by earlier
-points. Methods, all on the same random ``q, k, v`` ``[N, H, d]``:
+Each (method, N) point runs in a fresh interpreter (:func:`kmipgt.bench.isolation.run_isolated`, as
+``bench attention`` and ``bench search``), so its peak resident memory (``ru_maxrss`` growth after the
+imports: inputs, walks and the forwards) is not polluted by earlier points. Methods, all on the same
+random ``q, k, v`` ``[N, H, d]``:
 
 - ``grf``: :func:`kmipgt.grf.masked_linear_attention` (symmetric two-SpMM form) on features
   ``grf_features(walks, f)`` with per-head f. Timed per forward (features + attention) with the walks
@@ -30,17 +31,16 @@ from __future__ import annotations
 
 import json
 import math
-import multiprocessing
-import os
-import platform
-import resource
-import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
+
+from kmipgt.bench.attention import machine_info
+from kmipgt.bench.isolation import run_isolated, time_calls
+from kmipgt.bench.plotting import plot_scaling
 
 __all__ = ["GRFBenchConfig", "grid_edge_index", "run_grf_benchmark"]
 
@@ -62,6 +62,7 @@ class GRFBenchConfig:
     dense_max: int = 2**13
     repeats: int = 3
     threads: int = 1
+    time_budget: float = 600.0
     seed: int = 0
 
     def sizes(self) -> list[int]:
@@ -97,10 +98,6 @@ def _grid_shape(num_nodes: int) -> tuple[int, int]:
     """Near-square ``height x width = num_nodes`` for a power of two."""
     height = 2 ** (int(math.log2(num_nodes)) // 2)
     return height, num_nodes // height
-
-
-def _max_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _dense_masked(features, q, k, v, feature_map):
@@ -188,71 +185,18 @@ def _runner(method: str, num_nodes: int, config: GRFBenchConfig, edge_index, q, 
     return lambda: _dense_masked(features, q, k, v, fmap)
 
 
-def _measure(method: str, num_nodes: int, config: GRFBenchConfig) -> dict:
-    """Runs in a fresh interpreter: one method at one size."""
+def measure_grf(params: dict) -> dict:
+    """One (method, N) point; runs inside :func:`~kmipgt.bench.isolation.run_isolated`."""
+    config = GRFBenchConfig(**{f.name: params[f.name] for f in fields(GRFBenchConfig)})
+    method, num_nodes = params["method"], params["n"]
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     grid, edge_index, q, k, v, x = _inputs(num_nodes, config)
-    baseline = _max_rss_bytes()
-    record = {"method": method, "num_nodes": num_nodes, "grid": list(grid)}
+    record = {"grid": list(grid)}
     with torch.no_grad():
         run = _runner(method, num_nodes, config, edge_index, q, k, v, x, record)
-        run()
-        seconds = []
-        for _ in range(config.repeats):
-            start = time.perf_counter()
-            run()
-            seconds.append(time.perf_counter() - start)
-    record["seconds"] = statistics.median(seconds)
-    record["seconds_min"] = min(seconds)
-    record["peak_bytes"] = _max_rss_bytes() - baseline
-    return record
-
-
-def _child(method: str, num_nodes: int, config: GRFBenchConfig, queue) -> None:
-    try:
-        queue.put(_measure(method, num_nodes, config))
-    except MemoryError as error:
-        queue.put({"method": method, "num_nodes": num_nodes, "error": f"MemoryError: {error}"})
-
-
-def _measure_in_fresh_process(method: str, num_nodes: int, config: GRFBenchConfig) -> dict:
-    context = multiprocessing.get_context("spawn")
-    queue = context.Queue()
-    process = context.Process(target=_child, args=(method, num_nodes, config, queue))
-    process.start()
-    process.join()
-    if process.exitcode != 0 or queue.empty():
-        return {"method": method, "num_nodes": num_nodes, "error": f"worker exit code {process.exitcode}"}
-    return queue.get()
-
-
-def _plot(records: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for method in METHODS:
-        points = [r for r in records if r["method"] == method and "error" not in r]
-        if not points:
-            continue
-        n = [r["num_nodes"] for r in points]
-        style = "s--" if method.endswith("_layer") else "o-"
-        axes[0].loglog(n, [r["seconds_min"] for r in points], style, label=method)
-        axes[1].loglog(n, [max(r["peak_bytes"], 1) / 2**20 for r in points], style, label=method)
-    for axis, label in zip(
-        axes, ("forward time, best of repeats [s]", "peak memory above inputs [MiB]"), strict=True
-    ):
-        axis.set_xlabel("nodes N (2-D grid)")
-        axis.set_ylabel(label)
-        axis.grid(True, which="both", alpha=0.3)
-        axis.legend()
-    fig.suptitle("GRF-masked linear attention vs unmasked linear and dense-mask attention")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+        timing = time_calls(run, config.repeats, warmup=1, device=torch.device("cpu"))
+    return {**record, **timing}
 
 
 def scaling_summary(records: list[dict], low: int, high: int) -> dict:
@@ -260,12 +204,12 @@ def scaling_summary(records: list[dict], low: int, high: int) -> dict:
 
     Times are the fastest of the repeats, the estimate least disturbed by other load on a shared CPU.
     """
-    by_key = {(r["method"], r["num_nodes"]): r for r in records if "error" not in r}
+    by_key = {(r["method"], r["n"]): r for r in records if r.get("status") == "ok"}
 
     def ratio(a: dict, b: dict) -> dict:
         return {
-            "time": a["seconds_min"] / b["seconds_min"],
-            "memory": a["peak_bytes"] / max(b["peak_bytes"], 1),
+            "time": a["time_min"] / b["time_min"],
+            "memory": a["peak_memory_bytes"] / max(b["peak_memory_bytes"], 1),
         }
 
     steps: dict[str, list] = {}
@@ -293,19 +237,27 @@ def run_grf_benchmark(config: GRFBenchConfig, out_dir: str | Path) -> dict:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     points = [(m, n) for n in config.sizes() for m in METHODS if m != "dense" or n <= config.dense_max]
-    records = [
-        _measure_in_fresh_process(m, n, config) for m, n in tqdm(points, desc="bench grf", unit="point")
-    ]
+    records = []
+    for method, n in tqdm(points, desc="bench grf", unit="point"):
+        params = {**asdict(config), "method": method, "n": n}
+        outcome = run_isolated("kmipgt.bench.grf:measure_grf", params, config.time_budget)
+        records.append({"method": method, "n": n, **outcome})
     result = {
         "config": asdict(config),
-        "machine": {
-            "platform": platform.platform(),
-            "torch": torch.__version__,
-            "cpus": os.cpu_count(),
-        },
+        "machine": machine_info("cpu"),
         "records": records,
         "summary": scaling_summary(records, 2**14, min(2**18, config.n_max)),
     }
     (out_dir / "grf.json").write_text(json.dumps(result, indent=2))
-    _plot(records, out_dir / "grf.png")
+    plot_scaling(
+        records,
+        lambda record: record["method"],
+        [
+            ("time_min", "forward time, best of repeats (s)", 1.0),
+            ("peak_memory_bytes", "peak memory (MiB)", 2**-20),
+        ],
+        out_dir / "grf.png",
+        f"GRF-masked linear attention on 2-D grids, H={config.heads} d={config.head_channels}, "
+        f"{config.threads} thread(s)",
+    )
     return result
