@@ -146,6 +146,18 @@ def test_ivf_probing_every_list_is_exact(probe_kernel, monkeypatch):
     np.testing.assert_array_equal(scores.numpy(), ref_scores)
 
 
+@pytest.mark.parametrize("route", ["fused", "torch"])
+@pytest.mark.parametrize("count", [1, 7])
+def test_ivf_nearest_centroids_match_pairwise_distances(route, count, monkeypatch):
+    if route == "torch":
+        monkeypatch.setattr(ivf_search, "fused_library", lambda: None)
+    gen = torch.Generator().manual_seed(3)
+    points, centroids = torch.randn(500, 9, generator=gen), torch.randn(40, 9, generator=gen)
+    nearest = ivf_search._nearest_centroids(points, centroids, count)
+    expected = torch.cdist(points.double(), centroids.double()).topk(count, largest=False).indices
+    np.testing.assert_array_equal(nearest.sort(-1).values.numpy(), expected.sort(-1).values.numpy())
+
+
 def test_ivf_recall_grows_with_nprobe_and_scores_are_exact(monkeypatch):
     monkeypatch.setattr(ivf_search, "IVF_MIN_NODES", 100)
     query, key, ptr = _ragged([1000], heads=1, dim=8)

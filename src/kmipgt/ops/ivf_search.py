@@ -51,8 +51,10 @@ def _check_option(name: str, value: int | None) -> None:
 
 
 def _nearest_centroids(points: Tensor, centroids: Tensor, count: int) -> Tensor:
-    """``[P, count]`` indices of the nearest centroids by L2 (= largest ``2 x·c - |c|²``), chunked."""
+    """``[P, count]`` indices of the nearest centroids by L2 (= largest ``x·c - |c|²/2``), chunked."""
     half_norms = 0.5 * centroids.pow(2).sum(-1)
+    if points.device.type == "cpu" and points.dtype == torch.float32 and fused_library() is not None:
+        return _nearest_centroids_fused(points, centroids, half_norms, count)
     chunk = max(1, _CHUNK_ELEMENTS // (4 * centroids.shape[0]))
     out = []
     for i in range(0, points.shape[0], chunk):
@@ -60,6 +62,26 @@ def _nearest_centroids(points: Tensor, centroids: Tensor, count: int) -> Tensor:
         # argmax is several times faster than topk(1) on the CPU, and this runs every k-means step.
         out.append(affinity.argmax(-1, keepdim=True) if count == 1 else affinity.topk(count, dim=-1).indices)
     return torch.cat(out) if out else points.new_zeros((0, count), dtype=torch.long)
+
+
+def _nearest_centroids_fused(points: Tensor, centroids: Tensor, half_norms: Tensor, count: int) -> Tensor:
+    """:func:`_nearest_centroids` as one exact inner-product search of ``[x, 1]`` among ``[c, -|c|²/2]``.
+
+    The ``addmm`` route writes the whole ``[P, nlist]`` distance matrix and torch's CPU ``topk`` over its
+    rows is slow (1.0 s of a 2.8 s IVF search at N = 65,536); the fused kernel never writes it.
+    """
+    lifted_points = torch.cat([points, points.new_ones(points.shape[0], 1)], dim=-1)[:, None]
+    lifted_centroids = torch.cat([centroids, -half_norms[:, None]], dim=-1)[:, None]
+    num_points, num_centroids = points.shape[0], centroids.shape[0]
+    _, index = probe_topk_fused(
+        lifted_points,
+        lifted_centroids,
+        count,
+        torch.tensor([0, num_centroids]),
+        torch.tensor([0, num_points]),
+        torch.arange(num_points),
+    )
+    return index[:, 0]
 
 
 def _kmeans(points: Tensor, nlist: int, generator: torch.Generator) -> Tensor:
