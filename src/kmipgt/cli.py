@@ -109,6 +109,7 @@ def _add_bench_search(bench: argparse._SubParsersAction) -> None:
     parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16", "float64"])
     parser.add_argument("--time-budget", type=float, default=300.0, help="seconds per point, all runs")
     parser.add_argument("--memory-budget-gb", type=float, default=16.0)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: one per core)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("bench-out/search"))
     parser.set_defaults(handler=_bench_search)

@@ -64,6 +64,7 @@ class SearchBenchConfig:
     dtype: str = "float32"
     time_budget: float = 300.0
     memory_budget_gb: float = 16.0
+    threads: int | None = None
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -73,6 +74,8 @@ class SearchBenchConfig:
         if not self.n_values or min(self.n_values) < 1:
             raise ValueError(f"`n_values` must be positive node counts, got {self.n_values}")
         self.n_values = sorted(self.n_values)
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"`threads` must be positive or None (torch's default), got {self.threads}")
         if self.repeats < 1 or self.warmup < 0 or self.recall_queries < 1:
             raise ValueError("`repeats` and `recall_queries` must be >= 1 and `warmup` >= 0")
         if self.tokens is not None and not Path(self.tokens).is_file():
@@ -124,8 +127,14 @@ def _sampled_recall(
     return hits / (rows.numel() * query.shape[1] * width)
 
 
+def _set_threads(threads: int | None) -> None:
+    if threads is not None:
+        torch.set_num_threads(threads)
+
+
 def measure_search(params: dict) -> dict:
     """One (backend, N) point; runs inside :func:`run_isolated`."""
+    _set_threads(params.get("threads"))
     torch.manual_seed(params["seed"])
     query, key = _inputs(params)
     options = {}
@@ -143,6 +152,7 @@ def measure_search(params: dict) -> dict:
 
 def measure_gemm(params: dict) -> dict:
     """One square ``matmul`` with the multiply-adds of an exact search at this N (``H·N²·d``)."""
+    _set_threads(params.get("threads"))
     device, dtype = torch.device(params["device"]), getattr(torch, params["dtype"])
     size = round((params["heads"] * params["n"] ** 2 * params["dim"]) ** (1 / 3))
     a, b = (torch.randn(size, size, device=device, dtype=dtype) for _ in range(2))
