@@ -148,7 +148,7 @@ def test_ivf_probing_every_list_is_exact(probe_kernel, monkeypatch):
 
 @pytest.mark.parametrize("route", ["fused", "torch"])
 @pytest.mark.parametrize("count", [1, 7])
-def test_ivf_nearest_centroids_match_pairwise_distances(route, count, monkeypatch):
+def test_ivf_centroid_selection_matches_brute_force(route, count, monkeypatch):
     if route == "torch":
         monkeypatch.setattr(ivf_search, "fused_library", lambda: None)
     gen = torch.Generator().manual_seed(3)
@@ -156,6 +156,25 @@ def test_ivf_nearest_centroids_match_pairwise_distances(route, count, monkeypatc
     nearest = ivf_search._nearest_centroids(points, centroids, count)
     expected = torch.cdist(points.double(), centroids.double()).topk(count, largest=False).indices
     np.testing.assert_array_equal(nearest.sort(-1).values.numpy(), expected.sort(-1).values.numpy())
+    # Probing ranks lists by the ball bound x·c + r.
+    radii = torch.rand(40, generator=gen)
+    probed = ivf_search._top_centroids(points, centroids, radii, count)
+    bound = points.double() @ centroids.double().T + radii.double()
+    expected = bound.topk(count).indices
+    np.testing.assert_array_equal(probed.sort(-1).values.numpy(), expected.sort(-1).values.numpy())
+
+
+def test_ivf_lists_are_numbered_by_their_largest_bound_and_radii_cover_their_keys():
+    gen = torch.Generator().manual_seed(4)
+    _, lifted_key = ivf_search._lift(torch.randn(3000, 6, generator=gen), torch.randn(3000, 6, generator=gen))
+    centroids, radii, key_list = ivf_search._inverted_lists(lifted_key, 24, torch.Generator().manual_seed(0))
+    distance = (lifted_key - centroids[key_list]).norm(dim=-1)
+    for j in range(24):
+        members = distance[key_list == j]
+        assert radii[j] == (members.max() if members.numel() else 0.0)
+    assert torch.equal(key_list, ivf_search._nearest_centroids(lifted_key, centroids, 1)[:, 0])
+    potential = centroids.norm(dim=-1) + radii
+    assert torch.all(potential[:-1] >= potential[1:])
 
 
 def test_ivf_recall_grows_with_nprobe_and_scores_are_exact(monkeypatch):

@@ -5,9 +5,10 @@ Maximum inner product is turned into nearest-neighbour search by the standard tr
 :math:`\hat k = [k/M,\ \sqrt{1-\|k\|^2/M^2}]`, queries are normalised and padded with a zero,
 :math:`\hat q = [q/\|q\|,\ 0]`. Then :math:`\|\hat q-\hat k\|^2 = 2 - 2\,q\cdot k/(\|q\|M)`, so the nearest
 lifted key is the key of largest inner product. k-means on the lifted keys gives ``nlist`` lists;
-each query probes the ``nprobe`` lists whose centroids are nearest to it and scores the keys in them
-exactly (on the CPU with the fused kernel, one segment per list; elsewhere a matmul per list). One index
-per (graph, head), built on every call: the keys change at every training step.
+each query probes the ``nprobe`` lists of largest ball bound :math:`\hat q\cdot\hat c + r` (centroid
+:math:`\hat c`, radius :math:`r` of the list: an upper bound on :math:`\hat q\cdot\hat k` for its keys)
+and scores the keys in them exactly (on the CPU with the fused kernel, one segment per list; elsewhere a
+matmul per list). One index per (graph, head), built on every call: the keys change at every training step.
 """
 
 from __future__ import annotations
@@ -50,38 +51,45 @@ def _check_option(name: str, value: int | None) -> None:
         raise ValueError(f"`{name}` must be >= 1, got {value}")
 
 
-def _nearest_centroids(points: Tensor, centroids: Tensor, count: int) -> Tensor:
-    """``[P, count]`` indices of the nearest centroids by L2 (= largest ``x·c - |c|²/2``), chunked."""
-    half_norms = 0.5 * centroids.pow(2).sum(-1)
+def _top_centroids(points: Tensor, centroids: Tensor, bias: Tensor, count: int) -> Tensor:
+    """``[P, count]`` indices of the centroids with the largest ``x·c + bias_c`` for each point ``x``.
+
+    With ``bias = -|c|²/2`` these are the nearest centroids by L2. On the CPU one exact search of
+    ``[x, 1]`` among ``[c, bias]`` with the fused kernel, which never writes the ``[P, nlist]`` score matrix
+    (``addmm`` + torch's CPU ``topk`` took 1.0 s of a 2.8 s IVF search at N = 65,536); elsewhere
+    ``addmm`` + ``argmax``/``topk`` in chunks.
+    """
     if points.device.type == "cpu" and points.dtype == torch.float32 and fused_library() is not None:
-        return _nearest_centroids_fused(points, centroids, half_norms, count)
+        lifted_points = torch.cat([points, points.new_ones(points.shape[0], 1)], dim=-1)[:, None]
+        lifted_centroids = torch.cat([centroids, bias[:, None]], dim=-1)[:, None]
+        num_points = points.shape[0]
+        _, index = probe_topk_fused(
+            lifted_points,
+            lifted_centroids,
+            count,
+            torch.tensor([0, centroids.shape[0]]),
+            torch.tensor([0, num_points]),
+            torch.arange(num_points),
+        )
+        return index[:, 0]
     chunk = max(1, _CHUNK_ELEMENTS // (4 * centroids.shape[0]))
     out = []
     for i in range(0, points.shape[0], chunk):
-        affinity = torch.addmm(-half_norms, points[i : i + chunk], centroids.T)
+        affinity = torch.addmm(bias, points[i : i + chunk], centroids.T)
         # argmax is several times faster than topk(1) on the CPU, and this runs every k-means step.
         out.append(affinity.argmax(-1, keepdim=True) if count == 1 else affinity.topk(count, dim=-1).indices)
     return torch.cat(out) if out else points.new_zeros((0, count), dtype=torch.long)
 
 
-def _nearest_centroids_fused(points: Tensor, centroids: Tensor, half_norms: Tensor, count: int) -> Tensor:
-    """:func:`_nearest_centroids` as one exact inner-product search of ``[x, 1]`` among ``[c, -|c|²/2]``.
+def _nearest_centroids(points: Tensor, centroids: Tensor, count: int) -> Tensor:
+    """``[P, count]`` indices of the nearest centroids by L2 (= largest ``x·c - |c|²/2``)."""
+    return _top_centroids(points, centroids, -0.5 * centroids.pow(2).sum(-1), count)
 
-    The ``addmm`` route writes the whole ``[P, nlist]`` distance matrix and torch's CPU ``topk`` over its
-    rows is slow (1.0 s of a 2.8 s IVF search at N = 65,536); the fused kernel never writes it.
-    """
-    lifted_points = torch.cat([points, points.new_ones(points.shape[0], 1)], dim=-1)[:, None]
-    lifted_centroids = torch.cat([centroids, -half_norms[:, None]], dim=-1)[:, None]
-    num_points, num_centroids = points.shape[0], centroids.shape[0]
-    _, index = probe_topk_fused(
-        lifted_points,
-        lifted_centroids,
-        count,
-        torch.tensor([0, num_centroids]),
-        torch.tensor([0, num_points]),
-        torch.arange(num_points),
-    )
-    return index[:, 0]
+
+def _list_radii(points: Tensor, centroids: Tensor, assign: Tensor) -> Tensor:
+    """``[nlist]`` largest distance from each centroid to a point assigned to it (0 for empty lists)."""
+    distance = (points - centroids[assign]).norm(dim=-1)
+    return distance.new_zeros(centroids.shape[0]).scatter_reduce(0, assign, distance, reduce="amax")
 
 
 def _kmeans(points: Tensor, nlist: int, generator: torch.Generator) -> Tensor:
@@ -102,6 +110,24 @@ def _kmeans(points: Tensor, nlist: int, generator: torch.Generator) -> Tensor:
         # An empty list keeps its previous centroid rather than collapsing to the origin.
         centroids[filled] = sums[filled] / counts[filled, None].to(sums.dtype)
     return centroids
+
+
+def _inverted_lists(
+    lifted_key: Tensor, nlist: int, generator: torch.Generator
+) -> tuple[Tensor, Tensor, Tensor]:
+    """k-means lists of lifted keys: ``[nlist, e]`` centroids, ``[nlist]`` radii, ``[n]`` list of each key.
+
+    Lists are numbered by decreasing ``|ĉ| + r``, the largest ball bound a list can offer any query: the
+    fused probe selection then meets the likely winners first and inserts less (0.75 s instead of 1.35 s
+    for the best 32 of 1,024 lists of 262,144 queries).
+    """
+    centroids = _kmeans(lifted_key, nlist, generator)
+    key_list = _nearest_centroids(lifted_key, centroids, 1)[:, 0]
+    radii = _list_radii(lifted_key, centroids, key_list)
+    order = (centroids.norm(dim=-1) + radii).argsort(descending=True)
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(nlist, device=order.device)
+    return centroids[order], radii[order], rank[key_list]
 
 
 def _lift(query: Tensor, key: Tensor) -> tuple[Tensor, Tensor]:
@@ -158,16 +184,19 @@ def _ivf_one(query: Tensor, key: Tensor, k: int, nlist: int, nprobe: int, seed: 
     generator = torch.Generator().manual_seed(seed)
     work = query.float() if query.dtype in (torch.float16, torch.bfloat16) else query
     lifted_query, lifted_key = _lift(work, key.to(work.dtype))
-    centroids = _kmeans(lifted_key, nlist, generator)
-    key_list = _nearest_centroids(lifted_key, centroids, 1)[:, 0]
+    centroids, radii, key_list = _inverted_lists(lifted_key, nlist, generator)
     key_order = key_list.argsort(stable=True)
     key_ptr = torch.cat([key_list.new_zeros(1), torch.bincount(key_list, minlength=nlist).cumsum(0)]).cpu()
-    probes = _nearest_centroids(lifted_query, centroids, nprobe)
+    # Lists in order of the ball bound q̂·k̂ <= q̂·ĉ + r (|q̂| = 1, r the list's radius), not of centroid
+    # distance: k-means leaves far-out keys, often the largest inner products, in lists whose centroid
+    # is far from them (on trained tokens at N = 262,144, recall@16 stalled at 0.88 probing 23 % of the
+    # keys by distance, and reached 0.97 probing 2 % by the bound).
+    probes = _top_centroids(lifted_query, centroids, radii, nprobe)
     sorted_keys = key[key_order]
     if query.device.type == "cpu" and query.dtype in FUSED_DTYPES and fused_library() is not None:
         block = max(96, -(-n // (4 * torch.get_num_threads())))
         found = None
-        # Nearest list first: it sets a high k-th best score early, so the other lists insert little.
+        # Best-bound list first: it sets a high k-th best score early, so the other lists insert little.
         for part in (probes[:, :1], probes[:, 1:]):
             if part.shape[1] == 0:
                 continue
