@@ -156,7 +156,7 @@ def test_ivf_centroid_selection_matches_brute_force(route, count, monkeypatch):
     nearest = ivf_search._nearest_centroids(points, centroids, count)
     expected = torch.cdist(points.double(), centroids.double()).topk(count, largest=False).indices
     np.testing.assert_array_equal(nearest.sort(-1).values.numpy(), expected.sort(-1).values.numpy())
-    # Probing ranks lists by the ball bound x·c + r.
+    # Probing ranks lists by x·c plus a per-list bias (the weighted radius).
     radii = torch.rand(40, generator=gen)
     probed = ivf_search._top_centroids(points, centroids, radii, count)
     bound = points.double() @ centroids.double().T + radii.double()
@@ -164,14 +164,14 @@ def test_ivf_centroid_selection_matches_brute_force(route, count, monkeypatch):
     np.testing.assert_array_equal(probed.sort(-1).values.numpy(), expected.sort(-1).values.numpy())
 
 
-def test_ivf_lists_are_numbered_by_their_largest_bound_and_radii_cover_their_keys():
+def test_ivf_lists_are_numbered_by_their_largest_score_and_radii_cover_their_keys():
     gen = torch.Generator().manual_seed(4)
     _, lifted_key = ivf_search._lift(torch.randn(3000, 6, generator=gen), torch.randn(3000, 6, generator=gen))
     centroids, radii, key_list = ivf_search._inverted_lists(lifted_key, 24, torch.Generator().manual_seed(0))
     distance = (lifted_key - centroids[key_list]).norm(dim=-1)
     for j in range(24):
         members = distance[key_list == j]
-        assert radii[j] == (members.max() if members.numel() else 0.0)
+        assert radii[j] == ivf_search._RADIUS_WEIGHT * (members.max() if members.numel() else 0.0)
     assert torch.equal(key_list, ivf_search._nearest_centroids(lifted_key, centroids, 1)[:, 0])
     potential = centroids.norm(dim=-1) + radii
     assert torch.all(potential[:-1] >= potential[1:])

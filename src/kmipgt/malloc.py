@@ -5,8 +5,9 @@ glibc serves every allocation above its mmap threshold (at most 32 MiB, adjusted
 pays page faults proportional to its bytes at every use, so an O(N) operation jumps in cost once its
 buffers cross the threshold: unmasked linear attention over 4 heads x 16 channels took 0.49 s at
 N = 262,144 against 0.075 s at 65,536 (x6.6 for x4 the work) with the default policy, and 0.16 s with
-freed memory kept (one thread, ``kmipgt bench grf``, ``docs/benchmarks.md``). PyTorch's CPU tuning guide recommends a caching
-allocator (jemalloc, tcmalloc) for the same reason; this is the dependency-free equivalent.
+freed memory kept (one thread, ``kmipgt bench grf``, ``docs/benchmarks.md``). PyTorch's CPU tuning
+guide recommends a caching allocator (jemalloc, tcmalloc) for the same reason; this is the
+dependency-free equivalent.
 """
 
 from __future__ import annotations

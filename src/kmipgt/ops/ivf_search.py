@@ -5,8 +5,8 @@ Maximum inner product is turned into nearest-neighbour search by the standard tr
 :math:`\hat k = [k/M,\ \sqrt{1-\|k\|^2/M^2}]`, queries are normalised and padded with a zero,
 :math:`\hat q = [q/\|q\|,\ 0]`. Then :math:`\|\hat q-\hat k\|^2 = 2 - 2\,q\cdot k/(\|q\|M)`, so the nearest
 lifted key is the key of largest inner product. k-means on the lifted keys gives ``nlist`` lists;
-each query probes the ``nprobe`` lists of largest ball bound :math:`\hat q\cdot\hat c + r` (centroid
-:math:`\hat c`, radius :math:`r` of the list: an upper bound on :math:`\hat q\cdot\hat k` for its keys)
+each query probes the ``nprobe`` lists of largest :math:`\hat q\cdot\hat c + r/4` (centroid
+:math:`\hat c`, radius :math:`r` of the list: the largest distance from :math:`\hat c` to one of its keys)
 and scores the keys in them exactly (on the CPU with the fused kernel, one segment per list; elsewhere a
 matmul per list). One index per (graph, head), built on every call: the keys change at every training step.
 """
@@ -28,6 +28,12 @@ IVF_MIN_NODES = 1024
 # k-means is trained on at most this many keys per list (as faiss does), for a bounded build time.
 _TRAIN_POINTS_PER_LIST = 32
 _KMEANS_ITERATIONS = 8
+# Weight of the list radius in the probe score q̂·ĉ + w·r. Recall@16 at 32 of 1,024 lists, N = 262,144,
+# d = 16 (docs/search.md): trained-model tokens (head 0) 0.834 by centroid distance, 0.979 with w = 1/4,
+# 0.987 with 1/2, 0.974 with w = 1 (the ball bound q̂·k̂ <= q̂·ĉ + r); Gaussian keys 0.725, 0.721, 0.690 and
+# 0.562. k-means leaves far-out keys, often the best ones, in lists whose centroid is far from them; the
+# full bound over-rewards every spread-out list when there is no cluster structure.
+_RADIUS_WEIGHT = 0.25
 # Transient elements per chunk of the probe phase (gathered queries + candidates), ~256 MB in float32.
 _CHUNK_ELEMENTS = 1 << 26
 
@@ -117,13 +123,14 @@ def _inverted_lists(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """k-means lists of lifted keys: ``[nlist, e]`` centroids, ``[nlist]`` radii, ``[n]`` list of each key.
 
-    Lists are numbered by decreasing ``|ĉ| + r``, the largest ball bound a list can offer any query: the
-    fused probe selection then meets the likely winners first and inserts less (0.75 s instead of 1.35 s
-    for the best 32 of 1,024 lists of 262,144 queries).
+    Radii are returned weighted by :data:`_RADIUS_WEIGHT`, ready for the probe score ``q̂·ĉ + w·r``. Lists
+    are numbered by decreasing ``|ĉ| + w·r``, the largest score a list can offer any query: the fused probe
+    selection then meets the likely winners first and inserts less (0.75 s instead of 1.35 s for the best
+    32 of 1,024 lists of 262,144 queries).
     """
     centroids = _kmeans(lifted_key, nlist, generator)
     key_list = _nearest_centroids(lifted_key, centroids, 1)[:, 0]
-    radii = _list_radii(lifted_key, centroids, key_list)
+    radii = _RADIUS_WEIGHT * _list_radii(lifted_key, centroids, key_list)
     order = (centroids.norm(dim=-1) + radii).argsort(descending=True)
     rank = torch.empty_like(order)
     rank[order] = torch.arange(nlist, device=order.device)
@@ -187,16 +194,13 @@ def _ivf_one(query: Tensor, key: Tensor, k: int, nlist: int, nprobe: int, seed: 
     centroids, radii, key_list = _inverted_lists(lifted_key, nlist, generator)
     key_order = key_list.argsort(stable=True)
     key_ptr = torch.cat([key_list.new_zeros(1), torch.bincount(key_list, minlength=nlist).cumsum(0)]).cpu()
-    # Lists in order of the ball bound q̂·k̂ <= q̂·ĉ + r (|q̂| = 1, r the list's radius), not of centroid
-    # distance: k-means leaves far-out keys, often the largest inner products, in lists whose centroid
-    # is far from them (on trained tokens at N = 262,144, recall@16 stalled at 0.88 probing 23 % of the
-    # keys by distance, and reached 0.97 probing 2 % by the bound).
+    # Lists by q̂·ĉ + w·r rather than by centroid distance (see _RADIUS_WEIGHT).
     probes = _top_centroids(lifted_query, centroids, radii, nprobe)
     sorted_keys = key[key_order]
     if query.device.type == "cpu" and query.dtype in FUSED_DTYPES and fused_library() is not None:
         block = max(96, -(-n // (4 * torch.get_num_threads())))
         found = None
-        # Best-bound list first: it sets a high k-th best score early, so the other lists insert little.
+        # Best-scored list first: it sets a high k-th best score early, so the other lists insert little.
         for part in (probes[:, :1], probes[:, 1:]):
             if part.shape[1] == 0:
                 continue
