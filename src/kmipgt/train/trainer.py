@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import random
 import resource
@@ -143,7 +144,7 @@ def with_fresh_negatives(graph):
     """
     positives = graph.edge_label_index[:, graph.edge_label == 1]
     negatives = negative_sampling(graph.edge_index, graph.num_nodes, num_neg_samples=positives.size(1))
-    out = graph.clone()
+    out = copy.copy(graph)  # new label tensors only; features and encodings stay shared
     out.edge_label_index = torch.cat([positives, negatives], dim=1)
     labels = [positives.new_ones(positives.size(1)), negatives.new_zeros(negatives.size(1))]
     out.edge_label = torch.cat(labels)
