@@ -199,16 +199,17 @@ def _ivf_one(query: Tensor, key: Tensor, k: int, nlist: int, nprobe: int, seed: 
     sorted_keys = key[key_order]
     if query.device.type == "cpu" and query.dtype in FUSED_DTYPES and fused_library() is not None:
         block = max(96, -(-n // (4 * torch.get_num_threads())))
+        # float32 throughout: the first call's scores are the second call's thresholds.
+        query32, keys32 = query.float()[:, None], sorted_keys.float()[:, None]
         found = None
         # Best-scored list first: it sets a high k-th best score early, so the other lists insert little.
         for part in (probes[:, :1], probes[:, 1:]):
             if part.shape[1] == 0:
                 continue
             probe_ptr, probe_query = group_probes(part, nlist)
-            # float32 throughout: the first call's scores are the second call's thresholds.
             found = probe_topk_fused(
-                query.float()[:, None],
-                sorted_keys.float()[:, None],
+                query32,
+                keys32,
                 k,
                 key_ptr,
                 probe_ptr,
