@@ -41,11 +41,27 @@ def _bench_attention(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_sizes(parser: argparse.ArgumentParser, n_min: int, n_max: int, min_help: str, max_help: str) -> None:
+    parser.add_argument("--n-min", type=int, default=n_min, help=min_help)
+    parser.add_argument("--n-max", type=int, default=n_max, help=max_help)
+    parser.add_argument("--n", type=_csv(int), default=None, help="explicit comma-separated N values")
+
+
+def _add_run_options(parser: argparse.ArgumentParser, repeats: int, time_budget: float, out: Path) -> None:
+    """Options every isolated-point benchmark config shares (same names as its fields)."""
+    parser.add_argument("--repeats", type=int, default=repeats)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16", "float64"])
+    parser.add_argument("--time-budget", type=float, default=time_budget, help="seconds per point, all runs")
+    parser.add_argument("--memory-budget-gb", type=float, default=16.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=out)
+
+
 def _add_bench_attention(bench: argparse._SubParsersAction) -> None:
     parser = bench.add_parser("attention", help="time and memory of k-MIP vs full attention as N grows")
-    parser.add_argument("--n-min", type=int, default=1024, help="smallest N (nodes per graph)")
-    parser.add_argument("--n-max", type=int, default=262_144, help="largest N (grid doubles from --n-min)")
-    parser.add_argument("--n", type=_csv(int), default=None, help="explicit comma-separated N values")
+    _add_sizes(parser, 1024, 262_144, "smallest N (nodes per graph)", "largest N (grid doubles from --n-min)")
     parser.add_argument("--methods", type=_csv(str), default=["kmip", "full", "full-naive"])
     parser.add_argument("--backends", type=_csv(str), default=["torch"], help="k-MIP search backends")
     parser.add_argument("--passes", type=_csv(str), default=["forward", "forward+backward"])
@@ -54,14 +70,7 @@ def _add_bench_attention(bench: argparse._SubParsersAction) -> None:
     parser.add_argument("--dim", type=int, default=32, help="query/key head dimension d")
     parser.add_argument("--dim-v", type=int, default=32, help="value head dimension")
     parser.add_argument("-k", "--k", type=int, default=16)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16", "float64"])
-    parser.add_argument("--time-budget", type=float, default=120.0, help="seconds per point, all runs")
-    parser.add_argument("--memory-budget-gb", type=float, default=16.0)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=Path("bench-out"))
+    _add_run_options(parser, repeats=3, time_budget=120.0, out=Path("bench-out"))
     parser.set_defaults(handler=_bench_attention)
 
 
@@ -89,9 +98,7 @@ def _bench_search(args: argparse.Namespace) -> int:
 
 def _add_bench_search(bench: argparse._SubParsersAction) -> None:
     parser = bench.add_parser("search", help="time, memory and recall@k of the key-search backends vs N")
-    parser.add_argument("--n-min", type=int, default=4096, help="smallest N (nodes of the graph)")
-    parser.add_argument("--n-max", type=int, default=1_048_576, help="largest N (grid ×4 from --n-min)")
-    parser.add_argument("--n", type=_csv(int), default=None, help="explicit comma-separated N values")
+    _add_sizes(parser, 4096, 1_048_576, "smallest N (nodes of the graph)", "largest N (grid ×4 from --n-min)")
     parser.add_argument("--backends", type=_csv(str), default=None, help="default: all available here")
     parser.add_argument("--no-gemm", action="store_true", help="skip the square-GEMM floor series")
     parser.add_argument("--heads", type=int, default=1)
@@ -103,15 +110,8 @@ def _add_bench_search(bench: argparse._SubParsersAction) -> None:
         "--tokens", default=None, help="query/key tokens saved by `kmipgt train --save-tokens`"
     )
     parser.add_argument("--recall-queries", type=int, default=1024, help="queries sampled for recall@k")
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16", "float64"])
-    parser.add_argument("--time-budget", type=float, default=300.0, help="seconds per point, all runs")
-    parser.add_argument("--memory-budget-gb", type=float, default=16.0)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: one per core)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=Path("bench-out/search"))
+    _add_run_options(parser, repeats=2, time_budget=300.0, out=Path("bench-out/search"))
     parser.set_defaults(handler=_bench_search)
 
 
