@@ -2,7 +2,9 @@
 
 Every module works on ragged PyG mini-batches (nodes of all graphs stacked, ``batch`` sorted) and never
 pads: queries only see keys of their own graph. ``edge_index`` is accepted by all of them so that a
-config can switch kinds freely; only topology-aware kinds (GRF) use it.
+config can switch kinds freely; only topology-aware kinds (GRF) use it. The projection-based kinds also
+take ``qk_x``: a separate input for the queries and keys (e.g. positional encodings), the values still
+coming from ``x``; build them with ``qk_channels`` set to its size.
 """
 
 from __future__ import annotations
@@ -19,9 +21,19 @@ from kmipgt.nn.grf_attention import GRFAttention
 
 
 class _MultiHeadProjections(torch.nn.Module):
-    """Shared q/k/v projections to H heads and the output projection back to ``channels``."""
+    """Shared q/k/v projections to H heads and the output projection back to ``channels``.
 
-    def __init__(self, channels: int, heads: int, head_dim: int | None = None, dropout: float = 0.0):
+    ``qk_channels`` (default ``channels``) is the size of the input the queries and keys are projected from.
+    """
+
+    def __init__(
+        self,
+        channels: int,
+        heads: int,
+        head_dim: int | None = None,
+        dropout: float = 0.0,
+        qk_channels: int | None = None,
+    ):
         super().__init__()
         if channels <= 0:
             raise ValueError(f"channels must be positive, got {channels}")
@@ -37,13 +49,17 @@ class _MultiHeadProjections(torch.nn.Module):
             raise ValueError(f"head_dim must be positive, got {head_dim}")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        qk_channels = channels if qk_channels is None else qk_channels
+        if qk_channels <= 0:
+            raise ValueError(f"qk_channels must be positive, got {qk_channels}")
         self.channels = channels
+        self.qk_channels = qk_channels
         self.heads = heads
         self.head_dim = head_dim
         self.dropout = dropout
         inner = heads * head_dim
-        self.lin_query = torch.nn.Linear(channels, inner)
-        self.lin_key = torch.nn.Linear(channels, inner)
+        self.lin_query = torch.nn.Linear(qk_channels, inner)
+        self.lin_key = torch.nn.Linear(qk_channels, inner)
         self.lin_value = torch.nn.Linear(channels, inner)
         self.lin_out = torch.nn.Linear(inner, channels)
 
@@ -56,18 +72,22 @@ class _MultiHeadProjections(torch.nn.Module):
         shape = (x.size(0), self.heads, self.head_dim)
         return self.lin_query(x).view(shape), self.lin_key(x).view(shape)
 
-    def _qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        query, key = self.query_key(x)
+    def _qkv(self, x: Tensor, qk_x: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        query, key = self.query_key(x if qk_x is None else qk_x)
         return query, key, self.lin_value(x).view(query.shape)
 
     def _merge_heads(self, out: Tensor) -> Tensor:
         return self.lin_out(out.reshape(out.size(0), self.heads * self.head_dim))
 
-    def _check_input(self, x: Tensor, batch: Tensor | None) -> None:
+    def _check_input(self, x: Tensor, batch: Tensor | None, qk_x: Tensor | None = None) -> None:
         if x.dim() != 2 or x.size(-1) != self.channels:
             raise ValueError(f"x must have shape [N, {self.channels}], got {list(x.shape)}")
         if batch is not None and batch.shape != (x.size(0),):
             raise ValueError(f"batch must have shape [{x.size(0)}], got {list(batch.shape)}")
+        qk_shape = (x.size(0), self.qk_channels)
+        got = None if qk_x is None else tuple(qk_x.shape)
+        if got != qk_shape and (qk_x is not None or self.qk_channels != self.channels):
+            raise ValueError(f"qk_x must have shape {list(qk_shape)}, got {got}")
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.channels}, heads={self.heads}, head_dim={self.head_dim})"
@@ -92,6 +112,7 @@ class KMIPAttention(_MultiHeadProjections):
         head_dim: size d of each head's query/key/value (default ``channels // heads``).
         dropout: dropout on the attention weights, applied only in training.
         backend: search backend passed to :func:`kmipgt.ops.kmip_attention`.
+        qk_channels: size of ``qk_x`` when queries and keys come from a separate input (default: ``x``).
     """
 
     def __init__(
@@ -102,16 +123,23 @@ class KMIPAttention(_MultiHeadProjections):
         head_dim: int | None = None,
         dropout: float = 0.0,
         backend: str = "auto",
+        qk_channels: int | None = None,
     ):
-        super().__init__(channels, heads, head_dim, dropout)
+        super().__init__(channels, heads, head_dim, dropout, qk_channels)
         if not isinstance(k, int) or k <= 0:
             raise ValueError(f"k must be a positive int, got {k!r}")
         self.k = k
         self.backend = backend
 
-    def forward(self, x: Tensor, batch: Tensor | None = None, edge_index: Tensor | None = None) -> Tensor:
-        self._check_input(x, batch)
-        query, key, value = self._qkv(x)
+    def forward(
+        self,
+        x: Tensor,
+        batch: Tensor | None = None,
+        edge_index: Tensor | None = None,
+        qk_x: Tensor | None = None,
+    ) -> Tensor:
+        self._check_input(x, batch, qk_x)
+        query, key, value = self._qkv(x, qk_x)
         out = ops.kmip_attention(
             query,
             key,
@@ -143,11 +171,18 @@ class FullAttention(_MultiHeadProjections):
         heads: number of heads H.
         head_dim: size of each head (default ``channels // heads``).
         dropout: dropout on the attention weights, applied only in training.
+        qk_channels: size of ``qk_x`` when queries and keys come from a separate input (default: ``x``).
     """
 
-    def forward(self, x: Tensor, batch: Tensor | None = None, edge_index: Tensor | None = None) -> Tensor:
-        self._check_input(x, batch)
-        query, key, value = self._qkv(x)
+    def forward(
+        self,
+        x: Tensor,
+        batch: Tensor | None = None,
+        edge_index: Tensor | None = None,
+        qk_x: Tensor | None = None,
+    ) -> Tensor:
+        self._check_input(x, batch, qk_x)
+        query, key, value = self._qkv(x, qk_x)
         out = ops.full_attention(
             query, key, value, batch=batch, dropout_p=self.dropout if self.training else 0.0
         )
@@ -174,6 +209,7 @@ class PerformerAttention(_MultiHeadProjections):
         num_features: number of random features m (default ``ceil(d log d)``).
         dropout: dropout on the attention output, applied only in training (the weights are never
             materialised, so they cannot be dropped individually).
+        qk_channels: size of ``qk_x`` when queries and keys come from a separate input (default: ``x``).
     """
 
     def __init__(
@@ -183,8 +219,9 @@ class PerformerAttention(_MultiHeadProjections):
         head_dim: int | None = None,
         num_features: int | None = None,
         dropout: float = 0.0,
+        qk_channels: int | None = None,
     ):
-        super().__init__(channels, heads, head_dim, dropout)
+        super().__init__(channels, heads, head_dim, dropout, qk_channels)
         d = self.head_dim
         self.num_features = num_features or max(d, math.ceil(d * math.log(max(d, 2))))
         self.register_buffer("projection", orthogonal_matrix(self.num_features, d))
@@ -203,9 +240,15 @@ class PerformerAttention(_MultiHeadProjections):
         x = x * self.head_dim**-0.25
         return x @ self.projection.t() - 0.5 * (x * x).sum(-1, keepdim=True)
 
-    def forward(self, x: Tensor, batch: Tensor | None = None, edge_index: Tensor | None = None) -> Tensor:
-        self._check_input(x, batch)
-        query, key, value = self._qkv(x)
+    def forward(
+        self,
+        x: Tensor,
+        batch: Tensor | None = None,
+        edge_index: Tensor | None = None,
+        qk_x: Tensor | None = None,
+    ) -> Tensor:
+        self._check_input(x, batch, qk_x)
+        query, key, value = self._qkv(x, qk_x)
         if batch is None:
             batch = x.new_zeros(x.size(0), dtype=torch.long)
         num_graphs = int(batch.max()) + 1 if batch.numel() > 0 else 0
@@ -254,7 +297,8 @@ def build_global_attention(
         head_dim: size of each head (default ``channels // heads``).
         dropout: attention dropout, applied only in training.
         **extra: kind-specific options (``backend`` for k-MIP, ``num_features`` for Performer, the walk and
-            feature-map options of :class:`~kmipgt.nn.grf_attention.GRFAttention` for GRF).
+            feature-map options of :class:`~kmipgt.nn.grf_attention.GRFAttention` for GRF) and
+            ``qk_channels`` for the kinds that project queries and keys (not GRF).
     """
     if kind == "none":
         return None
@@ -269,5 +313,7 @@ def build_global_attention(
     if kind == "grf":
         if dropout != 0.0:
             raise ValueError("attention kind 'grf' has no attention dropout; set attn_dropout to 0")
+        if extra.pop("qk_channels", None) is not None:
+            raise ValueError("attention kind 'grf' takes queries and keys from the hidden state only")
         return GRFAttention(channels, heads, head_channels=head_dim, **extra)
     raise ValueError(f"attention kind must be one of {ATTENTION_KINDS}, got {kind!r}")

@@ -49,6 +49,17 @@ class GPSLayer(torch.nn.Module):
     GINE keeps the edge features unchanged. Either branch may be absent (``local="none"`` or
     ``attention="none"``), but not both.
 
+    With ``attention_gate=True`` (and a local MPNN) the attention enters as a gated residual of the
+    local branch instead,
+
+    .. math::
+        \mathbf{h}_L + \boldsymbol{\alpha} \odot \mathrm{Drop}(\mathrm{Attn}(\mathbf{h})),
+
+    with a per-channel :math:`\boldsymbol{\alpha}` initialised at zero: at initialisation the layer is
+    exactly the MPNN-only layer, and the attention is used only as far as the training signal asks for it.
+    ``forward(..., qk_x=...)`` lets the attention's queries and keys come from another input (e.g. the
+    positional encodings; build the layer with ``qk_channels``) while its values come from ``x``.
+
     Args:
         channels: hidden size.
         local: local MPNN kind, one of :data:`LOCAL_KINDS`.
@@ -58,7 +69,8 @@ class GPSLayer(torch.nn.Module):
         attn_dropout: dropout on the attention weights.
         norm: ``"layer"`` or ``"batch"``.
         activation: FFN activation (``"gelu"`` or ``"relu"``).
-        **attention_kwargs: passed to the attention factory (``k``, ``head_dim``, ...).
+        attention_gate: add the attention to the local branch through a zero-initialised gate.
+        **attention_kwargs: passed to the attention factory (``k``, ``head_dim``, ``qk_channels``, ...).
     """
 
     def __init__(
@@ -71,6 +83,7 @@ class GPSLayer(torch.nn.Module):
         attn_dropout: float = 0.0,
         norm: str = "layer",
         activation: str = "gelu",
+        attention_gate: bool = False,
         **attention_kwargs,
     ):
         super().__init__()
@@ -87,8 +100,13 @@ class GPSLayer(torch.nn.Module):
         )
         if self.local is None and self.attention is None:
             raise ValueError("GPSLayer needs a local MPNN or a global attention; both are 'none'")
+        if attention_gate and (self.local is None or self.attention is None):
+            raise ValueError("attention_gate needs both a local MPNN and a global attention")
         self.norm_local = build_norm(norm, channels) if self.local is not None else None
-        self.norm_attn = build_norm(norm, channels) if self.attention is not None else None
+        self.norm_attn = (
+            build_norm(norm, channels) if self.attention is not None and not attention_gate else None
+        )
+        self.attention_gate = torch.nn.Parameter(torch.zeros(channels)) if attention_gate else None
         self.ffn_in = torch.nn.Linear(channels, 2 * channels)
         self.ffn_out = torch.nn.Linear(2 * channels, channels)
         self.norm_ffn = build_norm(norm, channels)
@@ -97,6 +115,8 @@ class GPSLayer(torch.nn.Module):
         for module in self.children():
             if hasattr(module, "reset_parameters"):
                 module.reset_parameters()
+        if self.attention_gate is not None:
+            torch.nn.init.zeros_(self.attention_gate)
 
     def _local(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor) -> tuple[Tensor, Tensor]:
         if isinstance(self.local, GatedGCNLayer):
@@ -110,10 +130,27 @@ class GPSLayer(torch.nn.Module):
         h = F.dropout(act(self.ffn_in(x)), self.dropout, self.training)
         return F.dropout(self.ffn_out(h), self.dropout, self.training)
 
+    def _attention(
+        self, x: Tensor, edge_index: Tensor, batch: Tensor | None, qk_x: Tensor | None
+    ) -> Tensor:
+        # Only the projection-based kinds take qk_x; GRF's queries and keys always come from x.
+        extra = {} if qk_x is None else {"qk_x": qk_x}
+        h = self.attention(x, batch=batch, edge_index=edge_index, **extra)
+        h = F.dropout(h, self.dropout, self.training)
+        if self.attention_gate is not None:
+            return self.attention_gate * h
+        return self.norm_attn(x + h)
+
     def forward(
-        self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None, edge_attr: Tensor | None = None
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        batch: Tensor | None = None,
+        edge_attr: Tensor | None = None,
+        qk_x: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """``x [N, C]``, ``edge_index [2, E]``, ``batch [N]``, ``edge_attr [E, C]`` -> (x', edge_attr')."""
+        """``x [N, C]``, ``edge_index [2, E]``, ``batch [N]``, ``edge_attr [E, C]``, ``qk_x [N, P]``
+        -> (x', edge_attr')."""
         branches = []
         if self.local is not None:
             if edge_attr is None:
@@ -123,8 +160,7 @@ class GPSLayer(torch.nn.Module):
             h_local, edge_attr = self._local(x, edge_index, edge_attr)
             branches.append(h_local)
         if self.attention is not None:
-            h_attn = self.attention(x, batch=batch, edge_index=edge_index)
-            branches.append(self.norm_attn(x + F.dropout(h_attn, self.dropout, self.training)))
+            branches.append(self._attention(x, edge_index, batch, qk_x))
         h = sum(branches)
         return self.norm_ffn(h + self._ffn(h)), edge_attr
 

@@ -12,6 +12,15 @@ from kmipgt.nn.gps_layer import GPSLayer
 
 TASKS = ("node", "graph", "edge")
 POOLINGS = ("mean", "sum")
+ATTENTION_QK = ("hidden", "encoding")
+
+
+def _layers_with_attention(indices: list[int] | tuple[int, ...] | None, num_layers: int) -> set[int]:
+    if indices is None:
+        return set(range(num_layers))
+    if any(not -num_layers <= i < num_layers for i in indices):
+        raise ValueError(f"attention_layers must index the {num_layers} layers, got {list(indices)}")
+    return {i % num_layers for i in indices}
 
 
 class MLPHead(torch.nn.Module):
@@ -65,6 +74,14 @@ class GraphTransformer(torch.nn.Module):
         head_layers: layers of the output MLP.
         coord_columns, num_frequencies, lappe_dim, rwse_dim: see :class:`~kmipgt.nn.encoders.NodeEncoder`.
         attention_options: extra kind-specific options for the attention modules.
+        attention_qk: what the attention's queries and keys are projected from: ``"hidden"`` (the layer
+            input, as in GraphGPS) or ``"encoding"`` (the positional encodings of
+            :meth:`~kmipgt.nn.encoders.NodeEncoder.encodings`: Fourier features of the coordinates,
+            LapPE, RWSE), so that attention finds keys by position; values always come from the layer input.
+        attention_gate: attention as a zero-initialised gated residual of the local branch
+            (see :class:`~kmipgt.nn.gps_layer.GPSLayer`).
+        attention_layers: indices of the layers that have global attention (default: all); negative
+            indices count from the last layer.
     """
 
     def __init__(
@@ -91,6 +108,9 @@ class GraphTransformer(torch.nn.Module):
         lappe_dim: int = 0,
         rwse_dim: int = 0,
         attention_options: dict | None = None,
+        attention_qk: str = "hidden",
+        attention_gate: bool = False,
+        attention_layers: list[int] | tuple[int, ...] | None = None,
     ):
         super().__init__()
         if task not in TASKS:
@@ -99,27 +119,36 @@ class GraphTransformer(torch.nn.Module):
             raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
         if num_layers < 0:
             raise ValueError(f"num_layers must be >= 0, got {num_layers}")
+        if attention_qk not in ATTENTION_QK:
+            raise ValueError(f"attention_qk must be one of {ATTENTION_QK}, got {attention_qk!r}")
         self.task = task
         self.pooling = pooling
+        self.attention_qk = attention_qk
         self.node_encoder = NodeEncoder(
             in_channels, channels, coord_columns, num_frequencies, lappe_dim, rwse_dim
         )
+        if attention_qk == "encoding" and self.node_encoder.encoding_channels == 0:
+            raise ValueError("attention_qk='encoding' needs coord_columns + num_frequencies, LapPE or RWSE")
         self.edge_encoder = EdgeEncoder(edge_channels, channels) if local != "none" else None
+        with_attention = _layers_with_attention(attention_layers, num_layers)
+        qk_channels = self.node_encoder.encoding_channels if attention_qk == "encoding" else None
         self.layers = torch.nn.ModuleList(
             GPSLayer(
                 channels,
                 local=local,
-                attention=attention,
+                attention=attention if i in with_attention else "none",
                 heads=heads,
                 dropout=dropout,
                 attn_dropout=attn_dropout,
                 norm=norm,
                 activation=activation,
+                attention_gate=attention_gate and i in with_attention,
                 k=k,
                 head_dim=head_dim,
+                **({"qk_channels": qk_channels} if i in with_attention and qk_channels else {}),
                 **(attention_options or {}),
             )
-            for _ in range(num_layers)
+            for i in range(num_layers)
         )
         self.head = MLPHead(channels, out_channels, head_layers, dropout)
 
@@ -140,8 +169,9 @@ class GraphTransformer(torch.nn.Module):
         """Node embeddings ``[N, channels]`` after the last GPS layer."""
         h = self.node_encoder(x, lappe=lappe, rwse=rwse)
         e = self.edge_encoder(edge_attr, edge_index.size(1)) if self.edge_encoder is not None else None
+        qk = self.node_encoder.encodings(x, lappe, rwse) if self.attention_qk == "encoding" else None
         for layer in self.layers:
-            h, e = layer(h, edge_index, batch=batch, edge_attr=e)
+            h, e = layer(h, edge_index, batch=batch, edge_attr=e, qk_x=qk if layer.attention is not None else None)
         return h
 
     def forward(

@@ -49,7 +49,11 @@ class TaskConfig:
 
 @dataclass
 class ModelConfig:
-    """Arguments of :class:`kmipgt.nn.GraphTransformer` (sizes inferred from the data are left out)."""
+    """Arguments of :class:`kmipgt.nn.GraphTransformer` (sizes inferred from the data are left out).
+
+    ``attention_qk``, ``attention_gate`` and ``attention_layers``: what queries and keys see, a
+    zero-initialised gate on the attention branch, and which layers have attention (see the model).
+    """
 
     channels: int = 64
     num_layers: int = 4
@@ -67,6 +71,9 @@ class ModelConfig:
     coord_columns: list[int] = field(default_factory=list)
     num_frequencies: int = 0
     attention_options: dict[str, Any] = field(default_factory=dict)
+    attention_qk: str = "hidden"
+    attention_gate: bool = False
+    attention_layers: list[int] | None = None
 
 
 @dataclass

@@ -71,6 +71,9 @@ def build_model(config: Config, data: PreparedData) -> GraphTransformer:
         lappe_dim=config.data.lappe_dim,
         rwse_dim=config.data.rwse_dim,
         attention_options=m.attention_options,
+        attention_qk=m.attention_qk,
+        attention_gate=m.attention_gate,
+        attention_layers=m.attention_layers,
     )
 
 

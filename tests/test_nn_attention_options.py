@@ -1,0 +1,89 @@
+"""Attention options of the study: queries/keys from positional encodings, the zero-initialised gate,
+attention in chosen layers only."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_geometric.data import Data
+
+from kmipgt.nn import FourierFeatures, GPSLayer, GraphTransformer, KMIPAttention
+
+
+def _graph(num_nodes=12, channels=5, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    edge_index = torch.randint(0, num_nodes, (2, 3 * num_nodes), generator=gen)
+    return Data(
+        x=torch.randn(num_nodes, channels, generator=gen),
+        edge_index=edge_index,
+        edge_attr=torch.randn(edge_index.size(1), 2, generator=gen),
+    )
+
+
+def test_kmip_queries_and_keys_from_a_separate_input_match_sdpa():
+    torch.manual_seed(0)
+    x, pos = torch.randn(10, 8), torch.randn(10, 3)
+    attention = KMIPAttention(8, heads=2, k=10, qk_channels=3).eval()
+    out = attention(x, qk_x=pos)
+    shape = (10, 2, 4)
+    q = attention.lin_query(pos).view(shape).transpose(0, 1)
+    k = attention.lin_key(pos).view(shape).transpose(0, 1)
+    v = attention.lin_value(x).view(shape).transpose(0, 1)
+    expected = attention.lin_out(F.scaled_dot_product_attention(q, k, v).transpose(0, 1).reshape(10, 8))
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-4)
+
+
+def test_separate_query_key_input_must_match_its_size():
+    attention = KMIPAttention(8, heads=2, k=4, qk_channels=3)
+    with pytest.raises(ValueError, match="qk_x must have shape"):
+        attention(torch.randn(10, 8))
+    with pytest.raises(ValueError, match="qk_x must have shape"):
+        attention(torch.randn(10, 8), qk_x=torch.randn(10, 4))
+
+
+def test_gated_attention_layer_starts_as_the_mpnn_only_layer():
+    torch.manual_seed(0)
+    graph = _graph(channels=16)
+    x = graph.x
+    edge_attr = torch.randn(graph.edge_index.size(1), 16)
+    mpnn_only = GPSLayer(16, attention="none", heads=4).eval()
+    gated = GPSLayer(16, attention="kmip", heads=4, k=3, attention_gate=True).eval()
+    missing, unexpected = gated.load_state_dict(mpnn_only.state_dict(), strict=False)
+    assert not unexpected and all(m.startswith("attention") for m in missing)
+    expected, _ = mpnn_only(x, graph.edge_index, edge_attr=edge_attr)
+    out, _ = gated(x, graph.edge_index, edge_attr=edge_attr)
+    torch.testing.assert_close(out, expected)
+    with torch.no_grad():
+        gated.attention_gate.fill_(1.0)
+    out, _ = gated(x, graph.edge_index, edge_attr=edge_attr)
+    assert not torch.allclose(out, expected)
+
+
+def test_gate_needs_both_branches():
+    with pytest.raises(ValueError, match="attention_gate needs both"):
+        GPSLayer(16, local="none", attention="kmip", k=3, attention_gate=True)
+
+
+def test_attention_layers_and_encoding_queries_in_the_model():
+    torch.manual_seed(0)
+    graph = _graph()
+    model = GraphTransformer(
+        5, 16, 3, num_layers=3, edge_channels=2, k=4, coord_columns=[0, 1], num_frequencies=2,
+        attention_qk="encoding", attention_layers=[-1],
+    )
+    assert [layer.attention is not None for layer in model.layers] == [False, False, True]
+    assert model.layers[2].attention.qk_channels == 8
+    out = model(graph.x, graph.edge_index, edge_attr=graph.edge_attr)
+    out.sum().backward()
+    assert out.shape == (12, 3)
+    assert model.layers[2].attention.lin_query.weight.grad.abs().sum() > 0
+    encodings = model.node_encoder.encodings(graph.x)
+    torch.testing.assert_close(encodings, FourierFeatures(2)(graph.x[:, :2]))
+
+
+def test_attention_option_errors():
+    with pytest.raises(ValueError, match="needs coord_columns"):
+        GraphTransformer(5, 16, 3, attention_qk="encoding")
+    with pytest.raises(ValueError, match="attention_qk must be one of"):
+        GraphTransformer(5, 16, 3, attention_qk="values")
+    with pytest.raises(ValueError, match="attention_layers must index"):
+        GraphTransformer(5, 16, 3, num_layers=2, attention_layers=[2])
