@@ -49,8 +49,16 @@ class TaskConfig:
 
 @dataclass
 class ModelConfig:
-    """Arguments of :class:`kmipgt.nn.GraphTransformer` (sizes inferred from the data are left out)."""
+    """Which model and its arguments (sizes inferred from the data are left out).
 
+    ``kind``: ``gps`` (:class:`kmipgt.nn.GraphTransformer`) or a PyG baseline of
+    :class:`kmipgt.nn.BaselineModel` (``mlp``, ``gcn``, ``sage``, ``gat``, ``sgformer``, ``polynormer``).
+    ``channels``, ``num_layers``, ``dropout``, encoder and head keys mean the same for every kind; ``local``,
+    ``attention``, ``heads``, ``k``, ``head_dim``, ``attn_dropout`` and ``attention_options`` are GPS-only;
+    ``residual`` and ``baseline_options`` (keyword arguments of the PyG model) are for baselines.
+    """
+
+    kind: str = "gps"
     channels: int = 64
     num_layers: int = 4
     local: str = "gatedgcn"
@@ -67,6 +75,8 @@ class ModelConfig:
     coord_columns: list[int] = field(default_factory=list)
     num_frequencies: int = 0
     attention_options: dict[str, Any] = field(default_factory=dict)
+    residual: bool = False
+    baseline_options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
