@@ -2,15 +2,19 @@
 
 import csv
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
 
 from kmipgt.cli import main
+from kmipgt.train import build_model
 from kmipgt.train.config import config_to_dict, load_config
+from kmipgt.train.datasets import PreparedData
 from kmipgt.train.sweep import cell_dir, cell_overrides, expand, format_value, load_sweep, run_sweep
 
+REPO = Path(__file__).parents[1]
 TINY_CITY = {
     "data": {"name": "synthetic_city",
              "options": {"num_nodes": 120, "hops": 3, "num_workers": 1, "progress": False}},
@@ -147,3 +151,15 @@ def test_finished_cells_are_reused_only_with_the_same_config(tmp_path):
     assert rows[0]["status"] == "ok" and rows[0]["test"] == 0.6 and rows[0]["seed"] == "0"
     assert rows[1]["status"] == "failed" and "another config" in rows[1]["error"]
     assert lines[0] == "[1/2] seed=0: val 0.700 test 0.600 (done earlier)"
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "configs" / "sweeps").glob("*.yaml")), ids=lambda p: p.stem)
+def test_shipped_sweeps_expand_into_configs_that_build(path, monkeypatch):
+    monkeypatch.chdir(REPO)  # sweep paths are relative to the working directory
+    sweep = load_sweep(path)
+    assert sweep.out.as_posix() == f"runs/sweeps/{path.stem}"
+    for cell in expand(sweep):
+        config = load_config(sweep.base, cell_overrides(sweep, cell))
+        data = PreparedData(config.task.level, None, None, in_channels=40, edge_channels=1, out_channels=10,
+                            name=config.data.name)
+        build_model(config, data)
