@@ -11,9 +11,11 @@ from torch_geometric.data import Data
 from torch_geometric.utils import to_undirected
 
 from kmipgt.cli import main
+from kmipgt.nn import BASELINE_KINDS, BaselineModel
 from kmipgt.train import Trainer, build_model, load_config
 from kmipgt.train.datasets import LOADERS, PreparedData
 from kmipgt.train.metrics import compute_metric, higher_is_better
+from kmipgt.train.trainer import _forward
 
 
 def test_config_file_and_overrides(tmp_path):
@@ -245,3 +247,66 @@ def test_edge_level_task_trains_through_the_trainer(tmp_path, monkeypatch):
     resumed = Trainer(_link_config(resumed_dir, epochs=40))
     resumed.resume()
     assert resumed.fit(progress=False)["test"] == metrics["test"]  # fresh negatives replay exactly
+
+
+def _community_node_data() -> PreparedData:
+    """Node classification on :func:`_toy_community_graph` (the community is the label), random split."""
+    graph = _toy_community_graph()
+    order = torch.randperm(graph.num_nodes, generator=torch.Generator().manual_seed(0))
+    for name, part in zip(("train_mask", "val_mask", "test_mask"), order.tensor_split(3), strict=True):
+        graph[name] = torch.zeros(graph.num_nodes, dtype=torch.bool).index_fill_(0, part, True)
+    return PreparedData("node", graph, None, in_channels=4, edge_channels=0, out_channels=4, name="toy")
+
+
+@pytest.mark.parametrize("kind", BASELINE_KINDS)
+def test_every_baseline_kind_learns_through_the_trainer(tmp_path, kind):
+    config = load_config(None, [
+        f"out_dir={tmp_path}", f"model.kind={kind}", "model.channels=16", "model.num_layers=2", "device=cpu",
+        "optim.epochs=30", "optim.warmup_epochs=1", "optim.lr=0.01",
+    ])
+    trainer = Trainer(config, _community_node_data())
+    assert isinstance(trainer.model, BaselineModel) and trainer.model.kind == kind
+    metrics = trainer.fit(progress=False)
+    losses = [row["train_loss"] for row in trainer.state.history]
+    assert losses[-1] < 0.7 * losses[0]
+    assert metrics["complete"] and metrics["parameters"] == sum(p.numel() for p in trainer.model.parameters())
+
+
+@pytest.mark.parametrize("kind", BASELINE_KINDS)
+def test_baselines_on_graph_and_edge_tasks(tmp_path, monkeypatch, kind):
+    graph_config = _toy_config(tmp_path / "graph")
+    graph_config.model.kind = kind
+    if kind in ("sgformer", "polynormer"):
+        with pytest.raises(ValueError, match=rf"'{kind}' baseline does not support task='graph'"):
+            Trainer(graph_config, _toy_graph_data())
+    else:
+        assert Trainer(graph_config, _toy_graph_data()).fit(progress=False)["complete"]
+    monkeypatch.setattr("kmipgt.train.datasets.load_raw", lambda config: _toy_community_graph())
+    link_config = _link_config(tmp_path / "edge", epochs=3)
+    link_config.model.kind = kind
+    trainer = Trainer(link_config)
+    assert trainer.fit(progress=False)["complete"]
+    part = trainer.data.splits["test"][0]
+    assert _forward(trainer.model, part).shape == (part.edge_label_index.size(1), 1)
+
+
+def test_cli_trains_a_baseline_and_names_the_keys_it_ignores(tmp_path, capsys, caplog, monkeypatch):
+    monkeypatch.setattr("kmipgt.train.datasets.load_raw", lambda config: _toy_road_graph())
+    out = tmp_path / "run"
+    main(["train", "--no-progress", "--set", f"out_dir={out}", "--set", "optim.epochs=2", "--set",
+          "model.kind=gcn", "--set", "model.channels=16", "--set", "model.k=4", "--set", "model.local=gine",
+          "--set", "model.residual=true", "--set", "data.rwse_dim=4", "--set", "model.coord_columns=[0,1]",
+          "--set", "model.num_frequencies=2"])
+    assert "test accuracy:" in capsys.readouterr().out
+    warnings = [r.getMessage() for r in caplog.records if "ignores" in r.getMessage()]
+    assert warnings == ["model.kind=gcn ignores these model keys: local, k"]
+    saved = load_config(out / "config.yaml")
+    assert saved.model.kind == "gcn" and saved.model.residual
+    main(["eval", str(out)])
+    evaluated = json.loads(capsys.readouterr().out)
+    assert np.isclose(evaluated["test"], json.loads((out / "metrics.json").read_text())["test"])
+    caplog.clear()
+    build_model(load_config(None, ["model.residual=true"]), _community_node_data())  # GPS: residual unused
+    assert [r.getMessage() for r in caplog.records] == ["model.kind=gps ignores these model keys: residual"]
+    with pytest.raises(ValueError, match=r"model\.kind must be one of"):
+        build_model(load_config(None, ["model.kind=gin"]), _community_node_data())

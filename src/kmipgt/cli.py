@@ -260,6 +260,36 @@ def _add_train_eval(commands: argparse._SubParsersAction) -> None:
     evaluate.set_defaults(handler=_eval)
 
 
+def _sweep(args: argparse.Namespace) -> int:
+    import shlex
+
+    from kmipgt.train.sweep import cell_dir, cell_state, expand, load_sweep, run_sweep, write_reports
+
+    sweep = load_sweep(args.sweep, out=args.out)
+    cells = expand(sweep)
+    if args.dry_run:
+        print(f"{len(cells)} cells of {sweep.path} (base {sweep.base}) in {sweep.out}:")
+        for cell in cells:
+            print(f"  {cell.label}  [{cell_state(sweep, cell)}]  {cell_dir(sweep, cell)}")
+        return 0
+    print(f"{len(cells)} cells, {args.jobs} at a time, in {sweep.out}")
+    rows = run_sweep(sweep, jobs=args.jobs)
+    command = shlex.join(["kmipgt", "sweep", str(args.sweep), f"--jobs={args.jobs}", f"--out={sweep.out}"])
+    write_reports(sweep, rows, command)
+    failed = sum(row["status"] != "ok" for row in rows)
+    print(f"wrote {sweep.out / 'results.csv'}, summary.md, summary.csv, summary.png; {failed} cells failed")
+    return 1 if failed else 0
+
+
+def _add_sweep(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("sweep", help="train each cell of a grid of config overrides; summarise")
+    parser.add_argument("sweep", type=Path, help="sweep YAML: base, set, grid, out (docs/training.md)")
+    parser.add_argument("--jobs", type=int, default=1, help="cells trained at once, each in its own process")
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default: the file's out)")
+    parser.add_argument("--dry-run", action="store_true", help="list the cells and their state, then exit")
+    parser.set_defaults(handler=_sweep)
+
+
 def _bench_grf(args: argparse.Namespace) -> int:
     from kmipgt.bench.grf import GRFBenchConfig, run_grf_benchmark
 
@@ -311,6 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench_grf(bench)
     _add_data(commands)
     _add_train_eval(commands)
+    _add_sweep(commands)
     return parser
 
 

@@ -1,4 +1,5 @@
-"""Neural-network modules: global attention (k-MIP, full, Performer), local MPNNs, GPS layers, the model."""
+"""Neural-network modules: global attention (k-MIP, full, Performer), local MPNNs, GPS layers, the model,
+PyG baselines."""
 
 from kmipgt.nn.attention import (
     ATTENTION_KINDS,
@@ -7,6 +8,7 @@ from kmipgt.nn.attention import (
     PerformerAttention,
     build_global_attention,
 )
+from kmipgt.nn.baselines import BASELINE_KINDS, BaselineModel
 from kmipgt.nn.encoders import EdgeEncoder, FourierFeatures, NodeEncoder
 from kmipgt.nn.gated_gcn import GatedGCNLayer
 from kmipgt.nn.gps_layer import GPSLayer, build_local_mpnn, build_norm
@@ -15,6 +17,8 @@ from kmipgt.nn.model import GraphTransformer, MLPHead
 
 __all__ = [
     "ATTENTION_KINDS",
+    "BASELINE_KINDS",
+    "BaselineModel",
     "EdgeEncoder",
     "FourierFeatures",
     "FullAttention",

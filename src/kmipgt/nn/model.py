@@ -23,6 +23,28 @@ def _layers_with_attention(indices: list[int] | tuple[int, ...] | None, num_laye
     return {i % num_layers for i in indices}
 
 
+def readout(
+    h: Tensor,
+    task: str,
+    pooling: str = "mean",
+    batch: Tensor | None = None,
+    edge_label_index: Tensor | None = None,
+) -> Tensor:
+    r"""Node embeddings ``h [N, C]`` -> what the head sees for ``task`` (one of :data:`TASKS`).
+
+    ``"node"``: ``h`` itself; ``"graph"``: mean or sum pooling per graph of ``batch``, ``[G, C]``;
+    ``"edge"``: :math:`\mathbf{h}_u \odot \mathbf{h}_v` for each pair of ``edge_label_index``, ``[E', C]``.
+    """
+    if task == "graph":
+        pool = global_mean_pool if pooling == "mean" else global_add_pool
+        return pool(h, batch)
+    if task == "edge":
+        if edge_label_index is None:
+            raise ValueError("edge_label_index [2, E'] is required for task='edge'")
+        return h[edge_label_index[0]] * h[edge_label_index[1]]
+    return h
+
+
 class MLPHead(torch.nn.Module):
     """``num_layers`` linear layers with activations between them (GraphGym's post-MP head)."""
 
@@ -186,11 +208,4 @@ class GraphTransformer(torch.nn.Module):
     ) -> Tensor:
         """Predictions: ``[N, out]`` (node), ``[G, out]`` (graph) or ``[E', out]`` (edge)."""
         h = self.embed(x, edge_index, batch, edge_attr, lappe, rwse)
-        if self.task == "graph":
-            pool = global_mean_pool if self.pooling == "mean" else global_add_pool
-            h = pool(h, batch)
-        elif self.task == "edge":
-            if edge_label_index is None:
-                raise ValueError("edge_label_index [2, E'] is required for task='edge'")
-            h = h[edge_label_index[0]] * h[edge_label_index[1]]
-        return self.head(h)
+        return self.head(readout(h, self.task, self.pooling, batch, edge_label_index))

@@ -49,12 +49,18 @@ class TaskConfig:
 
 @dataclass
 class ModelConfig:
-    """Arguments of :class:`kmipgt.nn.GraphTransformer` (sizes inferred from the data are left out).
+    """Which model and its arguments (sizes inferred from the data are left out).
 
-    ``attention_qk``, ``attention_gate`` and ``attention_layers``: what queries and keys see, a
-    zero-initialised gate on the attention branch, and which layers have attention (see the model).
+    ``kind``: ``gps`` (:class:`kmipgt.nn.GraphTransformer`) or a PyG baseline of
+    :class:`kmipgt.nn.BaselineModel` (``mlp``, ``gcn``, ``sage``, ``gat``, ``sgformer``, ``polynormer``).
+    ``channels``, ``num_layers``, ``dropout``, encoder and head keys mean the same for every kind; ``local``,
+    ``attention``, ``heads``, ``k``, ``head_dim``, ``attn_dropout``, ``attention_options`` and the
+    ``attention_qk`` / ``attention_gate`` / ``attention_layers`` options (what queries and keys see, a
+    zero-initialised gate on the attention branch, which layers have attention) are GPS-only;
+    ``residual`` and ``baseline_options`` (keyword arguments of the PyG model) are for baselines.
     """
 
+    kind: str = "gps"
     channels: int = 64
     num_layers: int = 4
     local: str = "gatedgcn"
@@ -74,6 +80,8 @@ class ModelConfig:
     attention_qk: str = "hidden"
     attention_gate: bool = False
     attention_layers: list[int] | None = None
+    residual: bool = False
+    baseline_options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

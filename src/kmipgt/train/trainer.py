@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
+import logging
 import math
 import random
 import resource
@@ -22,13 +24,15 @@ from torch_geometric.utils import negative_sampling
 from tqdm import tqdm
 
 from kmipgt.nn import GraphTransformer
+from kmipgt.nn.baselines import BASELINE_KINDS, KIND_ARGUMENTS, BaselineModel
 from kmipgt.train.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
-from kmipgt.train.config import Config, config_to_dict, load_config
+from kmipgt.train.config import Config, ModelConfig, config_to_dict, load_config
 from kmipgt.train.datasets import PreparedData, prepare_data
 from kmipgt.train.metrics import compute_metric, higher_is_better
 from kmipgt.train.report import plot_curves, write_csv, write_json
 
 LOSSES = ("cross_entropy", "bce", "l1")
+logger = logging.getLogger(__name__)
 
 
 def seed_everything(seed: int) -> None:
@@ -45,8 +49,18 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def build_model(config: Config, data: PreparedData) -> GraphTransformer:
-    """The :class:`GraphTransformer` of ``config.model`` sized for ``data``."""
+# Model keys every kind reads, and those only GPS reads; a baseline's own keys come from KIND_ARGUMENTS.
+_SHARED_MODEL_KEYS = (
+    "kind", "channels", "num_layers", "dropout", "pooling", "head_layers", "coord_columns", "num_frequencies"
+)
+_GPS_MODEL_KEYS = (
+    "local", "attention", "heads", "k", "head_dim", "attn_dropout", "norm", "activation", "attention_options",
+    "attention_qk", "attention_gate", "attention_layers",
+)
+_CONFIG_KEY = {"options": "baseline_options"}  # BaselineModel argument -> ModelConfig key, where they differ
+
+
+def _build_gps(config: Config, data: PreparedData) -> GraphTransformer:
     m = config.model
     return GraphTransformer(
         in_channels=data.in_channels,
@@ -75,6 +89,55 @@ def build_model(config: Config, data: PreparedData) -> GraphTransformer:
         attention_gate=m.attention_gate,
         attention_layers=m.attention_layers,
     )
+
+
+def _build_baseline(config: Config, data: PreparedData) -> BaselineModel:
+    m = config.model
+    return BaselineModel(
+        m.kind,
+        in_channels=data.in_channels,
+        channels=m.channels,
+        out_channels=data.out_channels,
+        num_layers=m.num_layers,
+        task=data.level,
+        dropout=m.dropout,
+        pooling=m.pooling,
+        head_layers=m.head_layers,
+        coord_columns=m.coord_columns,
+        num_frequencies=m.num_frequencies,
+        lappe_dim=config.data.lappe_dim,
+        rwse_dim=config.data.rwse_dim,
+        **{name: getattr(m, _CONFIG_KEY.get(name, name)) for name in KIND_ARGUMENTS[m.kind]},
+    )
+
+
+# config ``model.kind`` -> builder of the model sized for the data
+MODEL_BUILDERS = {"gps": _build_gps, **dict.fromkeys(BASELINE_KINDS, _build_baseline)}
+
+
+def _log_ignored_model_keys(model: ModelConfig) -> None:
+    """One warning naming the model keys set away from their defaults that ``model.kind`` does not read."""
+    if model.kind == "gps":
+        own = _GPS_MODEL_KEYS
+    else:
+        own = tuple(_CONFIG_KEY.get(name, name) for name in KIND_ARGUMENTS[model.kind])
+    used, defaults = {*_SHARED_MODEL_KEYS, *own}, ModelConfig()
+    ignored = [
+        f.name
+        for f in dataclasses.fields(model)
+        if f.name not in used and getattr(model, f.name) != getattr(defaults, f.name)
+    ]
+    if ignored:
+        logger.warning("model.kind=%s ignores these model keys: %s", model.kind, ", ".join(ignored))
+
+
+def build_model(config: Config, data: PreparedData) -> torch.nn.Module:
+    """The model of ``config.model.kind`` (:data:`MODEL_BUILDERS`) sized for ``data``."""
+    kind = config.model.kind
+    if kind not in MODEL_BUILDERS:
+        raise ValueError(f"model.kind must be one of {tuple(MODEL_BUILDERS)}, got {kind!r}")
+    _log_ignored_model_keys(config.model)
+    return MODEL_BUILDERS[kind](config, data)
 
 
 def compute_loss(name: str, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -116,14 +179,15 @@ def out_of_memory_hint(config: Config):
 
 def _oom_message(config: Config) -> str:
     m = config.model
+    what = f"{m.attention!r} attention" if m.kind == "gps" else f"the {m.kind!r} baseline"
     return (
-        f"out of memory training {m.attention!r} attention (k={m.k}, heads={m.heads}, channels={m.channels}, "
+        f"out of memory training {what} (k={m.k}, heads={m.heads}, channels={m.channels}, "
         f"batch_size={config.data.batch_size}). Try a smaller model.k, fewer model.heads or model.channels, "
         "a smaller data.batch_size, or an approximate search backend via model.attention_options.backend."
     )
 
 
-def _forward(model: GraphTransformer, batch) -> torch.Tensor:
+def _forward(model: torch.nn.Module, batch) -> torch.Tensor:
     return model(
         batch.x,
         batch.edge_index,
@@ -375,7 +439,9 @@ class Trainer:
         ``kmipgt bench search``. For graph-level data the graph is the first test graph, for edge-level data
         the test split's message-passing graph.
         """
-        if not self.model.layers or self.model.layers[0].attention is None:
+        if not isinstance(self.model, GraphTransformer) or not self.model.layers:
+            raise ValueError("save_tokens needs a GPS model (model.kind=gps) with at least one layer")
+        if self.model.layers[0].attention is None:
             raise ValueError("save_tokens needs a model whose first layer has global attention")
         attention = self.model.layers[0].attention
         if not hasattr(attention, "query_key"):

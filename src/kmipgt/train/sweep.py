@@ -1,0 +1,346 @@
+"""Grid sweeps: every combination of config overrides, each cell trained in its own ``kmipgt train`` process.
+
+A sweep file (YAML) names a base config, fixed overrides and a grid of dotted keys; paths in it are relative
+to the working directory, like ``kmipgt train --config``::
+
+    base: configs/synthetic_city.yaml
+    set: {optim.epochs: 60}
+    grid:
+      model.attention: [kmip, none]
+      seed: [0, 1, 2]
+    out: runs/sweeps/city_attention      # default: runs/sweeps/<sweep file stem>
+
+Outputs in ``out``: ``cells/<cell>/`` (each cell's run directory), ``results.csv`` (one row per cell),
+``summary.md``, ``summary.csv`` and ``summary.png`` (mean ± sample std over the seeds of each group).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import itertools
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+import yaml
+
+import kmipgt
+from kmipgt.train.config import config_to_dict, load_config
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+SWEEP_KEYS = ("base", "set", "grid", "out")
+METRIC_COLUMNS = ("train", "val", "test", "best_epoch", "epochs", "seconds_per_epoch", "peak_memory_mb",
+                  "parameters")
+SUMMARY_STATISTICS = ("val", "test", "seconds_per_epoch", "peak_memory_mb")
+ERROR_TAIL_LINES = 40
+_MAX_NAME = 150  # cell directory names stay well below the usual 255-byte file-name limit
+
+
+def format_value(value: Any) -> str:
+    """``value`` as ``--set`` reads it back (YAML flow style): ``kmip``, ``1.0e-05``, ``[0, 1]``, ``null``."""
+    return yaml.safe_dump(value, default_flow_style=True, width=math.inf).removesuffix("\n...\n").strip()
+
+
+@dataclass
+class Sweep:
+    """A parsed sweep file: base config, fixed overrides, the grid (dotted key -> values) and the output."""
+
+    path: Path
+    base: Path
+    fixed: dict[str, Any]
+    grid: dict[str, list[Any]]
+    out: Path
+
+
+@dataclass
+class Cell:
+    """One combination of grid values, with its directory name and its display label."""
+
+    values: dict[str, Any]
+    name: str
+    label: str
+
+
+def _mapping(value: Any, what: str) -> dict:
+    if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
+        raise ValueError(f"{what} must be a mapping of dotted config keys, got {value!r}")
+    if "out_dir" in value:
+        raise ValueError(f"{what} must not set out_dir: each cell runs in OUT/cells/<cell name>")
+    return value
+
+
+def load_sweep(path: str | Path, out: str | Path | None = None) -> Sweep:
+    """Read and check a sweep file; ``out`` (e.g. from ``--out``) replaces the file's ``out``."""
+    path = Path(path)
+    with open(path) as f:
+        content = yaml.safe_load(f) or {}
+    unknown = sorted(set(content) - set(SWEEP_KEYS))
+    if unknown:
+        raise ValueError(f"unknown sweep keys {unknown}; known: {list(SWEEP_KEYS)}")
+    if "base" not in content:
+        raise ValueError(f"sweep {path} needs a base config ('base: configs/....yaml')")
+    fixed = _mapping(content.get("set") or {}, "set")
+    grid = _mapping(content.get("grid") or {}, "grid")
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise ValueError(f"grid key {key!r} needs a non-empty list of values, got {values!r}")
+    both = sorted(set(fixed) & set(grid))
+    if both:
+        raise ValueError(f"keys both fixed by 'set' and varied by 'grid': {both}")
+    out = Path(out or content.get("out") or Path("runs/sweeps") / path.stem)
+    return Sweep(path, Path(content["base"]), fixed, grid, out)
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.+-]+", "_", text).strip("_") or "_"
+
+
+def _cell_name(values: dict[str, Any]) -> str:
+    """``key=value`` parts joined by ``__``, every run of other characters than ``A-Za-z0-9.+-`` -> ``_``."""
+    text = "__".join(f"{key}={format_value(value)}" for key, value in values.items()) or "base"
+    name = "__".join(f"{_safe(key)}={_safe(format_value(value))}" for key, value in values.items()) or "base"
+    if len(name) > _MAX_NAME:  # keep it readable and unique: a prefix plus a hash of the whole
+        name = f"{name[:_MAX_NAME - 9]}_{hashlib.sha1(text.encode()).hexdigest()[:8]}"
+    return name
+
+
+def expand(sweep: Sweep) -> list[Cell]:
+    """The grid's cartesian product in file order (the last key varies fastest)."""
+    cells = []
+    for combination in itertools.product(*sweep.grid.values()):
+        values = dict(zip(sweep.grid, combination, strict=True))
+        label = " ".join(f"{key}={format_value(value)}" for key, value in values.items()) or "base"
+        cells.append(Cell(values, _cell_name(values), label))
+    names = [cell.name for cell in cells]
+    clashes = sorted({name for name in names if names.count(name) > 1})
+    if clashes:
+        raise ValueError(f"grid values give the same cell directory name: {clashes}")
+    return cells
+
+
+def cell_dir(sweep: Sweep, cell: Cell) -> Path:
+    return sweep.out / "cells" / cell.name
+
+
+def cell_overrides(sweep: Sweep, cell: Cell) -> list[str]:
+    """The ``key=value`` overrides of one cell: the fixed ones, its grid values and its ``out_dir``."""
+    values = {**sweep.fixed, **cell.values, "out_dir": str(cell_dir(sweep, cell))}
+    return [f"{key}={format_value(value)}" for key, value in values.items()]
+
+
+def _read_metrics(directory: Path) -> dict[str, Any] | None:
+    path = directory / "metrics.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def cell_state(sweep: Sweep, cell: Cell) -> str:
+    """``"done"`` (complete ``metrics.json``), ``"resume"`` (a ``last.pt`` only) or ``"new"``."""
+    directory = cell_dir(sweep, cell)
+    if (_read_metrics(directory) or {}).get("complete"):
+        return "done"
+    return "resume" if (directory / "last.pt").is_file() else "new"
+
+
+def _config_changed(sweep: Sweep, cell: Cell) -> bool:
+    """Whether a finished cell was trained with another config than the sweep now asks for (out_dir aside)."""
+    with open(cell_dir(sweep, cell) / "config.yaml") as f:
+        saved = yaml.safe_load(f)
+    expected = config_to_dict(load_config(sweep.base, cell_overrides(sweep, cell)))
+    return {**saved, "out_dir": None} != {**expected, "out_dir": None}
+
+
+@dataclass
+class Outcome:
+    """A finished cell: its results row, wall-clock seconds and whether it was reused from an earlier run."""
+
+    cell: Cell
+    row: dict[str, Any]
+    seconds: float
+    reused: bool
+
+
+def _row(cell: Cell, metrics: dict[str, Any] | None, error: str = "") -> dict[str, Any]:
+    row: dict[str, Any] = {"cell": cell.name}
+    row.update({key: format_value(value) for key, value in cell.values.items()})
+    row["status"] = "failed" if error else "ok"
+    row["metric"] = (metrics or {}).get("metric", "")
+    row.update({column: (metrics or {}).get(column, "") for column in METRIC_COLUMNS})
+    row["error"] = error
+    return row
+
+
+def _child_environment() -> dict[str, str]:
+    """This environment with this process's ``kmipgt`` first on the path, so cells run the same code."""
+    source = str(Path(kmipgt.__file__).resolve().parents[1])
+    path = os.pathsep.join(filter(None, [source, os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path}
+
+
+def run_cell(sweep: Sweep, cell: Cell) -> Outcome:
+    """Train one cell in a fresh ``kmipgt train`` process (resuming its ``last.pt``), unless it is done."""
+    directory = cell_dir(sweep, cell)
+    state = cell_state(sweep, cell)
+    if state == "done":
+        if _config_changed(sweep, cell):
+            error = f"finished with another config than the sweep's; delete {directory} to train it again"
+            return Outcome(cell, _row(cell, None, error), 0.0, reused=True)
+        return Outcome(cell, _row(cell, _read_metrics(directory)), 0.0, reused=True)
+    directory.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "kmipgt", "train", "--config", str(sweep.base), "--no-progress"]
+    command += [part for override in cell_overrides(sweep, cell) for part in ("--set", override)]
+    command += ["--resume"] if state == "resume" else []
+    start = time.monotonic()
+    process = subprocess.run(command, capture_output=True, text=True, env=_child_environment())
+    seconds = time.monotonic() - start
+    error_file = directory / "error.txt"
+    if process.returncode != 0:
+        lines = process.stderr.splitlines() or [f"exit code {process.returncode}"]
+        error_file.write_text("\n".join(lines[-ERROR_TAIL_LINES:]) + "\n")
+        last = next((line for line in reversed(lines) if line.strip()), f"exit code {process.returncode}")
+        return Outcome(cell, _row(cell, None, last.strip()), seconds, reused=False)
+    error_file.unlink(missing_ok=True)  # from an earlier failed attempt
+    return Outcome(cell, _row(cell, _read_metrics(directory)), seconds, reused=False)
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def _progress(done: int, total: int, outcome: Outcome, eta: float | None) -> str:
+    row = outcome.row
+    if row["status"] == "ok":
+        result = f"val {row['val']:.3f} test {row['test']:.3f}"
+    else:
+        result = f"FAILED: {row['error']}"
+    timing = "done earlier" if outcome.reused else _duration(outcome.seconds)
+    line = f"[{done}/{total}] {outcome.cell.label}: {result} ({timing})"
+    return line if eta is None or done == total else f"{line} ETA {_duration(eta)}"
+
+
+def run_sweep(sweep: Sweep, jobs: int = 1, echo: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Run every cell, ``jobs`` at a time, printing one line per finished cell; rows in grid order.
+
+    A failing cell keeps its stderr tail in ``cells/<cell>/error.txt`` and its last line in the row's
+    ``error``; the other cells still run.
+    """
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    cells = expand(sweep)
+    start, trained, outcomes = time.monotonic(), 0, {}
+    with ThreadPoolExecutor(max_workers=jobs) as pool:  # threads only wait on their cell's process
+        futures = [pool.submit(run_cell, sweep, cell) for cell in cells]
+        for done, future in enumerate(as_completed(futures), start=1):
+            outcome = future.result()
+            outcomes[outcome.cell.name] = outcome
+            trained += not outcome.reused
+            # Wall time per trained cell so far already reflects the parallelism of `jobs`.
+            eta = (time.monotonic() - start) / trained * (len(cells) - done) if trained else None
+            echo(_progress(done, len(cells), outcome, eta))
+    return [outcomes[cell.name].row for cell in cells]
+
+
+def write_results(path: Path, rows: list[dict[str, Any]]) -> None:
+    """``results.csv``: one row per cell (floats written exactly, so summaries can be recomputed)."""
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def summarize(rows: list[dict[str, Any]], grid_keys: list[str]) -> list[dict[str, Any]]:
+    """Per group of cells sharing every grid value but ``seed``: n (finished cells), failed, mean and sample
+    standard deviation (ddof=1; NaN below two cells) of :data:`SUMMARY_STATISTICS`."""
+    group_keys = [key for key in grid_keys if key != "seed"]
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(tuple(row[key] for key in group_keys), []).append(row)
+    summary = []
+    for values, members in groups.items():
+        finished = [row for row in members if row["status"] == "ok"]
+        entry: dict[str, Any] = dict(zip(group_keys, values, strict=True))
+        entry.update(n=len(finished), failed=len(members) - len(finished))
+        for name in SUMMARY_STATISTICS:
+            numbers = [float(row[name]) for row in finished]
+            entry[f"{name}_mean"] = statistics.fmean(numbers) if numbers else math.nan
+            entry[f"{name}_std"] = statistics.stdev(numbers) if len(numbers) > 1 else math.nan
+        summary.append(entry)
+    return summary
+
+
+def _mean_std(entry: dict[str, Any], name: str, digits: int) -> str:
+    mean, std = entry[f"{name}_mean"], entry[f"{name}_std"]
+    if math.isnan(mean):
+        return "—"
+    return f"{mean:.{digits}f}" if math.isnan(std) else f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def _group_label(entry: dict[str, Any], group_keys: list[str]) -> str:
+    return " ".join(f"{key}={entry[key]}" for key in group_keys) or "all cells"
+
+
+def summary_markdown(sweep: Sweep, summary: list[dict[str, Any]], metric: str, command: str) -> str:
+    """``summary.md``: a table of mean ± sample std (ddof=1) over the finished cells of each group."""
+    group_keys = [key for key in sweep.grid if key != "seed"]
+    header = [*group_keys, "n", f"val {metric}", f"test {metric}", "s/epoch", "peak memory (MiB)", "failed"]
+    lines = [
+        f"# Sweep {sweep.path.name}",
+        "",
+        f"Base config `{sweep.base}`, fixed overrides `{json.dumps(sweep.fixed)}`.",
+        "Every cell keeps its best-validation checkpoint; test is reported there. Values: mean ± sample "
+        "standard deviation (ddof=1) over the n finished cells of each group (over `seed`).",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
+    for entry in summary:
+        cells = [*(str(entry[key]) for key in group_keys), str(entry["n"]), _mean_std(entry, "val", 4),
+                 _mean_std(entry, "test", 4), _mean_std(entry, "seconds_per_epoch", 2),
+                 _mean_std(entry, "peak_memory_mb", 0), str(entry["failed"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "Command:", "", "```", command, "```", ""]
+    return "\n".join(lines)
+
+
+def plot_summary(path: Path, summary: list[dict[str, Any]], group_keys: list[str], metric: str) -> None:
+    """Bar chart of each group's mean test metric with its sample std as error bar."""
+    labels = [_group_label(entry, group_keys).replace(" ", "\n") for entry in summary]
+    means = [entry["test_mean"] for entry in summary]
+    errors = [0.0 if math.isnan(entry["test_std"]) else entry["test_std"] for entry in summary]
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(summary) + 1.5), 4))
+    ax.bar(range(len(summary)), means, yerr=errors, capsize=4, color="tab:blue")
+    ax.set_xticks(range(len(summary)), labels, fontsize=8)
+    ax.set(ylabel=f"test {metric}", title=f"test {metric}: mean ± std over seeds")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def write_reports(sweep: Sweep, rows: list[dict[str, Any]], command: str) -> list[dict[str, Any]]:
+    """Write ``results.csv``, ``summary.csv``, ``summary.md`` and ``summary.png``; return the summary."""
+    sweep.out.mkdir(parents=True, exist_ok=True)
+    write_results(sweep.out / "results.csv", rows)
+    summary = summarize(rows, list(sweep.grid))
+    write_results(sweep.out / "summary.csv", summary)
+    metric = next((row["metric"] for row in rows if row["metric"]), "metric")
+    (sweep.out / "summary.md").write_text(summary_markdown(sweep, summary, metric, command))
+    plot_summary(sweep.out / "summary.png", summary, [key for key in sweep.grid if key != "seed"], metric)
+    return summary

@@ -1,0 +1,165 @@
+"""`kmipgt sweep`: grid expansion, per-cell processes, resume, failures kept per cell, summaries."""
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from kmipgt.cli import main
+from kmipgt.train import build_model
+from kmipgt.train.config import config_to_dict, load_config
+from kmipgt.train.datasets import PreparedData
+from kmipgt.train.sweep import cell_dir, cell_overrides, expand, format_value, load_sweep, run_sweep
+
+REPO = Path(__file__).parents[1]
+TINY_CITY = {
+    "data": {"name": "synthetic_city",
+             "options": {"num_nodes": 120, "hops": 3, "num_workers": 1, "progress": False}},
+    "model": {"channels": 8, "num_layers": 1, "k": 4, "heads": 2},
+    "optim": {"epochs": 2, "warmup_epochs": 1},
+    "device": "cpu",
+    "threads": 1,
+}
+
+
+def _write(path, content):
+    path.write_text(yaml.safe_dump(content, sort_keys=False))
+    return path
+
+
+VALUES = ["kmip", 1e-5, 0.001, 3, None, True, [0, 1], {"root": "/d", "n": [2]}, "a: b"]
+
+
+@pytest.mark.parametrize("value", VALUES)
+def test_format_value_reads_back_as_the_same_value(value):
+    assert yaml.safe_load(format_value(value)) == value
+
+
+def test_grid_expands_in_file_order_with_readable_names(tmp_path):
+    base = _write(tmp_path / "base.yaml", TINY_CITY)
+    path = _write(tmp_path / "grid.yaml", {
+        "base": str(base),
+        "set": {"optim.epochs": 7},
+        "grid": {"model.attention": ["kmip", "none"], "model.coord_columns": [[0, 1]], "seed": [0, 1, 2]},
+    })
+    sweep = load_sweep(path)
+    assert sweep.out.as_posix() == "runs/sweeps/grid"
+    cells = expand(sweep)
+    assert len(cells) == 2 * 1 * 3
+    assert [(c.values["model.attention"], c.values["seed"]) for c in cells] == [
+        ("kmip", 0), ("kmip", 1), ("kmip", 2), ("none", 0), ("none", 1), ("none", 2)]
+    assert cells[4].name == "model.attention=none__model.coord_columns=0_1__seed=1"
+    assert cells[4].label == "model.attention=none model.coord_columns=[0, 1] seed=1"
+    config = load_config(base, cell_overrides(sweep, cells[4]))
+    assert (config.model.attention, config.model.coord_columns, config.seed) == ("none", [0, 1], 1)
+    assert config.optim.epochs == 7 and config.out_dir == "runs/sweeps/grid/cells/" + cells[4].name
+    assert load_sweep(path, out=tmp_path / "elsewhere").out == tmp_path / "elsewhere"
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ({"grid": {"seed": [0]}}, "needs a base config"),
+    ({"base": "b.yaml", "grid": {"seed": []}}, "non-empty list"),
+    ({"base": "b.yaml", "grid": {"seed": [0]}, "runs": 3}, "unknown sweep keys"),
+    ({"base": "b.yaml", "set": {"out_dir": "x"}}, "must not set out_dir"),
+    ({"base": "b.yaml", "set": {"seed": 1}, "grid": {"seed": [0]}}, "both fixed"),
+])
+def test_bad_sweep_files_are_errors(tmp_path, content, message):
+    with pytest.raises(ValueError, match=message):
+        load_sweep(_write(tmp_path / "s.yaml", content))
+
+
+def _read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.slow  # five `kmipgt train` processes, each importing torch and PyG
+def test_sweep_runs_cells_keeps_failures_resumes_and_summarises(tmp_path, capsys):
+    base = _write(tmp_path / "base.yaml", TINY_CITY)
+    out = tmp_path / "sweep"
+    # seed=-1 is refused by NumPy in the cell's process: a crash that must stay in its cell.
+    path = _write(tmp_path / "s.yaml", {
+        "base": str(base), "set": {"optim.lr": 0.01},
+        "grid": {"model.attention": ["kmip"], "seed": [0, 1, -1]}, "out": str(out),
+    })
+    assert main(["sweep", str(path), "--jobs", "2"]) == 1
+    printed = capsys.readouterr().out
+    assert printed.count("[") >= 3 and "FAILED" in printed and "[3/3]" in printed
+
+    rows = _read_csv(out / "results.csv")
+    assert [(r["seed"], r["status"]) for r in rows] == [("0", "ok"), ("1", "ok"), ("-1", "failed")]
+    assert "Seed must be between" in rows[2]["error"] and rows[2]["test"] == ""
+    error_file = out / "cells" / "model.attention=kmip__seed=-1" / "error.txt"
+    assert "Seed must be between" in error_file.read_text()
+    for row in rows[:2]:
+        cell = out / "cells" / row["cell"]
+        saved = yaml.safe_load((cell / "config.yaml").read_text())
+        assert saved["seed"] == int(row["seed"]) and saved["optim"]["lr"] == 0.01
+        assert saved["out_dir"] == str(cell)
+        metrics = json.loads((cell / "metrics.json").read_text())
+        assert float(row["test"]) == metrics["test"] and int(row["parameters"]) == metrics["parameters"]
+
+    # Statistics recomputed here from results.csv: mean and sample std (ddof=1) over the finished seeds.
+    ok = [r for r in rows if r["status"] == "ok"]
+    summary = _read_csv(out / "summary.csv")
+    assert len(summary) == 1 and summary[0]["n"] == "2" and summary[0]["failed"] == "1"
+    markdown = (out / "summary.md").read_text()
+    for name in ("val", "test", "seconds_per_epoch", "peak_memory_mb"):
+        values = np.array([float(r[name]) for r in ok])
+        assert float(summary[0][f"{name}_mean"]) == pytest.approx(values.mean(), rel=1e-12)
+        assert float(summary[0][f"{name}_std"]) == pytest.approx(values.std(ddof=1), rel=1e-12, abs=1e-15)
+    test_values = np.array([float(r["test"]) for r in ok])
+    assert f"{test_values.mean():.4f} ± {test_values.std(ddof=1):.4f}" in markdown
+    assert "kmipgt sweep" in markdown and (out / "summary.png").stat().st_size > 0
+
+    # Re-running trains only what is missing: the failed cell again, and a cell whose metrics.json is
+    # gone resumes from its last.pt (no new epochs), while the finished cell is not touched.
+    finished = out / "cells" / rows[0]["cell"] / "metrics.json"
+    stamp = finished.stat().st_mtime_ns
+    resumed = out / "cells" / rows[1]["cell"]
+    (resumed / "metrics.json").unlink()
+    main(["sweep", str(path), "--dry-run"])
+    listing = capsys.readouterr().out
+    assert "seed=0  [done]" in listing and "seed=1  [resume]" in listing and "seed=-1  [new]" in listing
+    assert main(["sweep", str(path), "--jobs", "2"]) == 1
+    printed = capsys.readouterr().out
+    assert "seed=0: val" in printed and "(done earlier)" in printed
+    assert finished.stat().st_mtime_ns == stamp
+    assert len(_read_csv(resumed / "log.csv")) == 2  # the two epochs of the first run, none added
+    again = _read_csv(out / "results.csv")
+    assert again[1]["test"] == rows[1]["test"] and again[2]["status"] == "failed"
+
+
+def test_finished_cells_are_reused_only_with_the_same_config(tmp_path):
+    base = _write(tmp_path / "base.yaml", TINY_CITY)
+    content = {"base": str(base), "grid": {"seed": [0, 1]}, "out": str(tmp_path / "o")}
+    path = _write(tmp_path / "s.yaml", content)
+    sweep = load_sweep(path)
+    metrics = {"metric": "accuracy", "train": 0.9, "val": 0.7, "test": 0.6, "best_epoch": 2, "epochs": 2,
+               "seconds_per_epoch": 0.1, "peak_memory_mb": 100.0, "parameters": 10, "complete": True}
+    for cell, extra in zip(expand(sweep), ([], ["optim.lr=0.5"]), strict=True):  # seed=1: trained otherwise
+        directory = cell_dir(sweep, cell)
+        directory.mkdir(parents=True)
+        config = config_to_dict(load_config(base, [*cell_overrides(sweep, cell), *extra]))
+        _write(directory / "config.yaml", config)
+        (directory / "metrics.json").write_text(json.dumps(metrics))
+    lines = []
+    rows = run_sweep(sweep, echo=lines.append)  # no cell is trained: both are finished
+    assert rows[0]["status"] == "ok" and rows[0]["test"] == 0.6 and rows[0]["seed"] == "0"
+    assert rows[1]["status"] == "failed" and "another config" in rows[1]["error"]
+    assert lines[0] == "[1/2] seed=0: val 0.700 test 0.600 (done earlier)"
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "configs" / "sweeps").glob("*.yaml")), ids=lambda p: p.stem)
+def test_shipped_sweeps_expand_into_configs_that_build(path, monkeypatch):
+    monkeypatch.chdir(REPO)  # sweep paths are relative to the working directory
+    sweep = load_sweep(path)
+    assert sweep.out.as_posix() == f"runs/sweeps/{path.stem}"
+    for cell in expand(sweep):
+        config = load_config(sweep.base, cell_overrides(sweep, cell))
+        data = PreparedData(config.task.level, None, None, in_channels=40, edge_channels=1, out_channels=10,
+                            name=config.data.name)
+        build_model(config, data)
