@@ -21,6 +21,11 @@ from kmipgt.nn.grf_attention import GRFAttention
 class _MultiHeadProjections(torch.nn.Module):
     """Shared q/k/v projections to H heads and the output projection back to ``channels``."""
 
+    # Inspection hook of the kinds with explicit weights (k-MIP, full): while ``keep_attention`` is true,
+    # each forward stores the keys and softmax weights it used in ``last_attention``.
+    keep_attention: bool = False
+    last_attention: ops.AttentionSelection | None = None
+
     def __init__(self, channels: int, heads: int, head_dim: int | None = None, dropout: float = 0.0):
         super().__init__()
         if channels <= 0:
@@ -92,6 +97,9 @@ class KMIPAttention(_MultiHeadProjections):
         head_dim: size d of each head's query/key/value (default ``channels // heads``).
         dropout: dropout on the attention weights, applied only in training.
         backend: search backend passed to :func:`kmipgt.ops.kmip_attention`.
+
+    With ``keep_attention`` set, ``last_attention`` holds the selection the forward used (searched key
+    indices, scores, softmax weights; ``return_selection`` of :func:`kmipgt.ops.kmip_attention`).
     """
 
     def __init__(
@@ -120,7 +128,10 @@ class KMIPAttention(_MultiHeadProjections):
             batch=batch,
             dropout_p=self.dropout if self.training else 0.0,
             backend=self.backend,
+            return_selection=self.keep_attention,
         )
+        if self.keep_attention:
+            out, self.last_attention = out
         return self._merge_heads(out)
 
     def __repr__(self) -> str:
@@ -143,7 +154,12 @@ class FullAttention(_MultiHeadProjections):
         heads: number of heads H.
         head_dim: size of each head (default ``channels // heads``).
         dropout: dropout on the attention weights, applied only in training.
+
+    With ``keep_attention`` set, ``last_attention`` holds the ``kept_keys`` largest weights per query
+    (:func:`kmipgt.ops.full_attention_topk`: renormalised over them, with the full-softmax ``mass``).
     """
+
+    kept_keys: int = 16
 
     def forward(self, x: Tensor, batch: Tensor | None = None, edge_index: Tensor | None = None) -> Tensor:
         self._check_input(x, batch)
@@ -151,6 +167,8 @@ class FullAttention(_MultiHeadProjections):
         out = ops.full_attention(
             query, key, value, batch=batch, dropout_p=self.dropout if self.training else 0.0
         )
+        if self.keep_attention:
+            self.last_attention = ops.full_attention_topk(query, key, self.kept_keys, batch=batch)
         return self._merge_heads(out)
 
 
