@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import scipy.sparse as sp
 from matplotlib.collections import LineCollection
+from matplotlib.colors import Normalize
 
 from kmipgt.analysis.hops import HOP_CAP, ball
 
@@ -76,16 +77,17 @@ def _spring(adjacency: sp.csr_matrix, nodes: np.ndarray) -> np.ndarray:
     return np.array([layout[i] for i in range(nodes.size)])
 
 
-def _draw_panel(ax, layout: _Layout, row: dict[str, Any], vmax: float) -> None:
+def _draw_panel(ax, layout: _Layout, row: dict[str, Any], norm: Normalize) -> None:
     """Faint edges, the query as a star, its keys coloured by weight with lines from the query."""
     ax.plot(layout.edges[:, 0], layout.edges[:, 1], color="0.8", linewidth=0.5)
     origin = layout.at([row["node"]])[0]
     keys = sorted(row["keys"], key=lambda key: key["weight"])  # heaviest drawn last, on top
     points = layout.at([key["node"] for key in keys])
     weights = np.array([key["weight"] for key in keys])
-    colours = plt.get_cmap("viridis")(weights / vmax)
+    shade = norm(weights)
+    colours = plt.get_cmap("viridis")(shade)
     lines = [[origin, point] for point in points]
-    ax.add_collection(LineCollection(lines, colors=colours, linewidths=0.5 + 2 * weights / vmax))
+    ax.add_collection(LineCollection(lines, colors=colours, linewidths=0.5 + 2 * shade))
     ax.scatter(points[:, 0], points[:, 1], s=25, c=colours, edgecolors="k", linewidths=0.3, zorder=3)
     ax.scatter(*origin, s=160, marker="*", c="red", edgecolors="k", linewidths=0.5, zorder=4)
     ax.set_xticks([])
@@ -102,7 +104,9 @@ def _plot_layer(
     """One layer's picture: a row per drawn query, a panel per head (``entries``: that layer's heads, with
     at least one query)."""
     rows = [row["node"] for row in entries[0]["queries"][:MAX_DRAWN_QUERIES]]
-    vmax = max((key["weight"] for e in entries for r in e["queries"] for key in r["keys"]), default=1.0)
+    # The colour scale spans the drawn weights: near-uniform weights would otherwise share one colour.
+    weights = [key["weight"] for e in entries for r in e["queries"][:MAX_DRAWN_QUERIES] for key in r["keys"]]
+    norm = Normalize(min(weights, default=0.0), max(weights, default=1.0))
     fig, axes = plt.subplots(
         len(rows),
         len(entries),
@@ -112,9 +116,9 @@ def _plot_layer(
     )
     for i, query in enumerate(rows):
         for j, entry in enumerate(entries):
-            _draw_panel(axes[i, j], layouts[query], entry["queries"][i], vmax)
+            _draw_panel(axes[i, j], layouts[query], entry["queries"][i], norm)
             axes[i, j].set_title(f"layer {entry['layer']} head {entry['head']}: node {query}", fontsize=8)
-    mappable = plt.cm.ScalarMappable(cmap="viridis", norm=plt.Normalize(0, vmax))
+    mappable = plt.cm.ScalarMappable(cmap="viridis", norm=norm)
     fig.colorbar(mappable, ax=axes, shrink=0.6, label="attention weight")
     fig.savefig(path, dpi=80)
     plt.close(fig)
