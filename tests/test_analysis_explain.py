@@ -214,6 +214,22 @@ def test_statistics_equal_a_direct_computation_from_the_json_rows(monkeypatch):
     assert mpnn["hops_histogram"]["1"] == pytest.approx(1.0)
 
 
+def test_without_node_labels_the_label_figures_are_null():
+    # A graph of a graph-level task: no node labels, no training mask; hop figures remain.
+    graph = _graph(num_nodes=12, seed=5)
+    result = explain(_model("full", k=20), graph, torch.arange(12), [3])
+    assert result["k"] == 12  # the whole (small) graph: full attention keeps every key
+    for entry in result["layers"]:
+        (row,) = entry["queries"]
+        assert row["label"] is None and row["mass"] == pytest.approx(1.0, rel=1e-5)
+        assert all(key["train"] is None and key["same_label"] is None for key in row["keys"])
+        stats = entry["stats"]
+        assert stats["same_label_rate"] is None and stats["weight_on_train"] is None
+        assert stats["base_same_label_rate"] is None and stats["mean_mass"] == pytest.approx(1.0, rel=1e-5)
+        assert sum(stats["hops_histogram"].values()) == pytest.approx(1.0)
+    assert result["mpnn_reference"]["same_label_rate"] is None
+
+
 def test_layer_head_and_kind_are_checked():
     graph = _graph()
     with pytest.raises(ValueError, match="layer 2 does not exist"):
