@@ -330,6 +330,82 @@ def _add_bench_grf(bench: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=_bench_grf)
 
 
+def _layer_or_all(text: str) -> int | None:
+    return None if text == "all" else int(text)
+
+
+def _explain_inputs(args: argparse.Namespace):
+    """Load the run and check every option against it (ValueError/FileNotFoundError naming the value)."""
+    from kmipgt.analysis import check_queries, sample_queries, select_layers_heads
+    from kmipgt.train import load_run, split_graph
+
+    trainer = load_run(args.run_dir, args.checkpoint)
+    select_layers_heads(trainer.model, args.layer, args.head)
+    part = split_graph(trainer, args.split, args.graph)
+    if args.nodes is not None:
+        if not args.nodes:
+            raise ValueError("--nodes lists no node")
+        queries = check_queries(args.nodes, part.graph.num_nodes)
+    else:
+        queries = sample_queries(part.nodes, args.sample, args.seed)
+    return trainer, part, queries
+
+
+def _analysis_explain(args: argparse.Namespace) -> int:
+    from kmipgt.analysis import explain, undirected_adjacency
+    from kmipgt.analysis.plots import plot_explanation
+    from kmipgt.train.report import write_json
+
+    try:
+        trainer, part, queries = _explain_inputs(args)
+    except (FileNotFoundError, ValueError) as error:
+        print(f"kmipgt: error: {error}", file=sys.stderr)
+        return 2
+    result = explain(
+        trainer.model,
+        part.graph,
+        part.nodes,
+        queries,
+        k=trainer.config.model.k,
+        labels=part.labels,
+        train_mask=part.train_mask,
+        layer=args.layer,
+        head=args.head,
+        progress=not args.no_progress,
+    )
+    result = {"run": str(args.run_dir), "split": args.split, "dataset": trainer.data.name, **result}
+    out = args.out if args.out is not None else args.run_dir / "explain"
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "explain.json", result)
+    coords = None if part.coords is None else part.coords.double().cpu().numpy()
+    adjacency = undirected_adjacency(part.graph.edge_index, part.graph.num_nodes)
+    paths = plot_explanation(out, result, adjacency, coords)
+    print(f"wrote {out / 'explain.json'} and {', '.join(path.name for path in paths)}")
+    return 0
+
+
+def _add_analysis(commands: argparse._SubParsersAction) -> None:
+    analysis = commands.add_parser("analysis", help="inspect trained models").add_subparsers(
+        dest="analysis_command", required=True
+    )
+    parser = analysis.add_parser(
+        "explain", help="which keys k-MIP (or full) attention attends to, with hop and label statistics"
+    )
+    parser.add_argument("run_dir", type=Path, help="run directory written by kmipgt train")
+    chosen = parser.add_mutually_exclusive_group()
+    chosen.add_argument("--nodes", type=_csv(int), default=None, help="comma-separated query node ids")
+    chosen.add_argument("--sample", type=int, default=8, help="random queries of the split (default 8)")
+    parser.add_argument("--split", default="test", help="train, val or test (statistics run over it)")
+    parser.add_argument("--graph", type=int, default=0, help="graph of the split (graph/edge-level runs)")
+    parser.add_argument("--layer", type=_layer_or_all, default=None, help="all (default) or a layer index")
+    parser.add_argument("--head", type=_layer_or_all, default=None, help="all (default) or a head index")
+    parser.add_argument("--seed", type=int, default=0, help="seed of --sample")
+    parser.add_argument("--checkpoint", choices=("best", "last"), default="best")
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default RUN_DIR/explain)")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.set_defaults(handler=_analysis_explain)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kmipgt", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -342,6 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data(commands)
     _add_train_eval(commands)
     _add_sweep(commands)
+    _add_analysis(commands)
     return parser
 
 

@@ -16,6 +16,8 @@ from scipy.spatial import cKDTree
 from sklearn.linear_model import LogisticRegression
 from torch import Tensor
 
+from kmipgt.analysis.hops import undirected_adjacency
+
 
 def hop_means(x: Tensor, edge_index: Tensor, hops: int) -> list[Tensor]:
     r"""Features after 0..``hops`` random-walk steps on the undirected graph with self-loops.
@@ -25,9 +27,7 @@ def hop_means(x: Tensor, edge_index: Tensor, hops: int) -> list[Tensor]:
     tensors ``[N, F]``.
     """
     n = x.size(0)
-    src, dst = edge_index.cpu().numpy()
-    adjacency = sp.coo_matrix((np.ones(src.size), (src, dst)), shape=(n, n)).tocsr()
-    adjacency = ((adjacency + adjacency.T) > 0).astype(np.float64) + sp.eye(n)
+    adjacency = (undirected_adjacency(edge_index, n) > 0).astype(np.float64) + sp.eye(n)
     walk = sp.diags(1.0 / np.asarray(adjacency.sum(1)).ravel()) @ adjacency
     out, h = [x], x.double().numpy()
     for _ in range(hops):

@@ -26,6 +26,11 @@ class _MultiHeadProjections(torch.nn.Module):
     ``qk_channels`` (default ``channels``) is the size of the input the queries and keys are projected from.
     """
 
+    # Inspection hook of the kinds with explicit weights (k-MIP, full): while ``keep_attention`` is true,
+    # each forward stores the keys and softmax weights it used in ``last_attention``.
+    keep_attention: bool = False
+    last_attention: ops.AttentionSelection | None = None
+
     def __init__(
         self,
         channels: int,
@@ -113,6 +118,9 @@ class KMIPAttention(_MultiHeadProjections):
         dropout: dropout on the attention weights, applied only in training.
         backend: search backend passed to :func:`kmipgt.ops.kmip_attention`.
         qk_channels: size of ``qk_x`` when queries and keys come from a separate input (default: ``x``).
+
+    With ``keep_attention`` set, ``last_attention`` holds the selection the forward used (searched key
+    indices, scores, softmax weights; ``return_selection`` of :func:`kmipgt.ops.kmip_attention`).
     """
 
     def __init__(
@@ -148,7 +156,10 @@ class KMIPAttention(_MultiHeadProjections):
             batch=batch,
             dropout_p=self.dropout if self.training else 0.0,
             backend=self.backend,
+            return_selection=self.keep_attention,
         )
+        if self.keep_attention:
+            out, self.last_attention = out
         return self._merge_heads(out)
 
     def __repr__(self) -> str:
@@ -172,7 +183,12 @@ class FullAttention(_MultiHeadProjections):
         head_dim: size of each head (default ``channels // heads``).
         dropout: dropout on the attention weights, applied only in training.
         qk_channels: size of ``qk_x`` when queries and keys come from a separate input (default: ``x``).
+
+    With ``keep_attention`` set, ``last_attention`` holds the ``kept_keys`` largest weights per query
+    (:func:`kmipgt.ops.full_attention_topk`: renormalised over them, with the full-softmax ``mass``).
     """
+
+    kept_keys: int = 16
 
     def forward(
         self,
@@ -186,6 +202,8 @@ class FullAttention(_MultiHeadProjections):
         out = ops.full_attention(
             query, key, value, batch=batch, dropout_p=self.dropout if self.training else 0.0
         )
+        if self.keep_attention:
+            self.last_attention = ops.full_attention_topk(query, key, self.kept_keys, batch=batch)
         return self._merge_heads(out)
 
 

@@ -193,7 +193,8 @@ class GraphTransformer(torch.nn.Module):
         e = self.edge_encoder(edge_attr, edge_index.size(1)) if self.edge_encoder is not None else None
         qk = self.node_encoder.encodings(x, lappe, rwse) if self.attention_qk == "encoding" else None
         for layer in self.layers:
-            h, e = layer(h, edge_index, batch=batch, edge_attr=e, qk_x=qk if layer.attention is not None else None)
+            layer_qk = qk if layer.attention is not None else None
+            h, e = layer(h, edge_index, batch=batch, edge_attr=e, qk_x=layer_qk)
         return h
 
     def forward(

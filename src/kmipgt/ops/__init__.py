@@ -4,8 +4,16 @@ Everything here takes tensors and returns tensors (no modules, no PyG objects), 
 model: ``kmip_attention(q, k, v, k=16, batch=batch)``.
 """
 
-from kmipgt.ops.attention import full_attention, kmip_attention
+from kmipgt.ops.attention import AttentionSelection, full_attention, full_attention_topk, kmip_attention
 from kmipgt.ops.ragged import graph_ptr
 from kmipgt.ops.topk import SEARCH_BACKENDS, topk_inner_product
 
-__all__ = ["SEARCH_BACKENDS", "full_attention", "graph_ptr", "kmip_attention", "topk_inner_product"]
+__all__ = [
+    "SEARCH_BACKENDS",
+    "AttentionSelection",
+    "full_attention",
+    "full_attention_topk",
+    "graph_ptr",
+    "kmip_attention",
+    "topk_inner_product",
+]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal, NamedTuple, overload
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -9,11 +11,29 @@ from torch import Tensor
 from kmipgt.ops.ragged import graph_blocks, graph_ptr, node_graph_bounds
 from kmipgt.ops.topk import MIN_BLOCK_NODES, Backend, check_query_key, topk_inner_product
 
-__all__ = ["full_attention", "kmip_attention"]
+__all__ = ["AttentionSelection", "full_attention", "full_attention_topk", "kmip_attention"]
 
 # Rows of gathered [rows, H, k, d] keys/values are processed in chunks of about this many elements, so the
 # transient memory of the gathers is bounded while autograd saves only O(N·H·k).
 _GATHER_ELEMENTS = 1 << 22
+# Score tiles of the blockwise log-sum-exp (full-softmax normaliser): query rows × key columns × heads.
+_LSE_TILE_ELEMENTS = 1 << 24
+_LSE_KEY_TILE = 1 << 15
+
+
+class AttentionSelection(NamedTuple):
+    """The keys a query attends to, with their scores and softmax weights (per head, best first).
+
+    ``index``: ``[N, H, k]`` int64 global key indices (``-1`` pads where a graph has fewer than k nodes).
+    ``score``: ``[N, H, k]`` inner products ``q_i · k_j`` (unscaled; ``-inf`` at padding).
+    ``weight``: ``[N, H, k]`` softmax weights over the k keys (sum to 1; 0 at padding; before dropout).
+    ``mass``: ``[N, H]`` share of the full softmax those k keys carry (full attention only, else None).
+    """
+
+    index: Tensor
+    score: Tensor
+    weight: Tensor
+    mass: Tensor | None = None
 
 
 def _check_value(query: Tensor, value: Tensor) -> None:
@@ -95,6 +115,9 @@ class _SelectedSoftmaxAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, query, key, value, index, scale, dropout_p):
+        # The softmax weights come out as a second, non-differentiable output (free: they are computed and
+        # saved anyway), so callers can inspect exactly what the forward used.
+        ctx.set_materialize_grads(False)
         valid = index >= 0
         safe = index.clamp(min=0)
         # Half-precision inputs get a float32 softmax; float64 stays float64.
@@ -109,10 +132,13 @@ class _SelectedSoftmaxAttention(torch.autograd.Function):
         out = _gathered_sum(dropped.to(value.dtype), value, safe)
         ctx.save_for_backward(query, key, value, safe, weights, keep)
         ctx.scale, ctx.dropout_p = scale, dropout_p
-        return out
+        ctx.mark_non_differentiable(weights)
+        return out, weights
 
     @staticmethod
-    def backward(ctx, grad_out):
+    def backward(ctx, grad_out, _grad_weights):
+        if grad_out is None:  # grads are not materialised: nothing flowed back into the output
+            return None, None, None, None, None, None
         query, key, value, safe, weights, keep = ctx.saved_tensors
         dropped = weights if keep is None else weights * keep / (1.0 - ctx.dropout_p)
         grad_dropped = _gathered_dot(grad_out, value, safe).to(weights.dtype)
@@ -125,6 +151,42 @@ class _SelectedSoftmaxAttention(torch.autograd.Function):
             _scatter_rows(dropped.to(grad_out.dtype), grad_out, safe) if ctx.needs_input_grad[2] else None
         )
         return grad_query, grad_key, grad_value, None, None, None
+
+
+@overload
+def kmip_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    k: int,
+    *,
+    ptr: Tensor | None = None,
+    batch: Tensor | None = None,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+    backend: Backend = "auto",
+    nlist: int | None = None,
+    nprobe: int | None = None,
+    return_selection: Literal[False] = False,
+) -> Tensor: ...
+
+
+@overload
+def kmip_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    k: int,
+    *,
+    ptr: Tensor | None = None,
+    batch: Tensor | None = None,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+    backend: Backend = "auto",
+    nlist: int | None = None,
+    nprobe: int | None = None,
+    return_selection: Literal[True],
+) -> tuple[Tensor, AttentionSelection]: ...
 
 
 def kmip_attention(
@@ -140,7 +202,8 @@ def kmip_attention(
     backend: Backend = "auto",
     nlist: int | None = None,
     nprobe: int | None = None,
-) -> Tensor:
+    return_selection: bool = False,
+) -> Tensor | tuple[Tensor, AttentionSelection]:
     r"""k-MIP attention: each query attends to the k keys of its graph with largest inner product.
 
     .. math::
@@ -160,24 +223,34 @@ def kmip_attention(
         backend: key-search backend of :func:`kmipgt.ops.topk_inner_product` (approximate with
             ``"ivf"``/``"faiss"``: the selection may miss some of the true top-k; gradients as for exact).
         nlist, nprobe: inverted-file options of the approximate backends.
+        return_selection: also return the :class:`AttentionSelection` this call used: the searched key
+            indices and scores and the softmax weights (before dropout), each ``[N, H, k']`` with
+            ``k' = min(k, largest graph)``. Costs nothing extra; off by default.
 
     Returns:
-        ``[N, H, d_v]`` attention output.
+        ``[N, H, d_v]`` attention output, or ``(output, selection)`` with ``return_selection``.
     """
     check_query_key(query, key, k)
     _check_value(query, value)
     _check_scale_dropout(scale, dropout_p)
     ptr = graph_ptr(query.shape[0], ptr=ptr, batch=batch)
     if query.shape[0] == 0:
-        return value.new_zeros(value.shape)
+        out = value.new_zeros(value.shape)
+        return (out, _empty_selection(query)) if return_selection else out
     # Slots beyond the largest graph would only ever hold padding.
     k = min(k, int((ptr[1:] - ptr[:-1]).max()))
     with torch.no_grad():
-        _, index = topk_inner_product(
+        scores, index = topk_inner_product(
             query.detach(), key.detach(), k, ptr=ptr, backend=backend, nlist=nlist, nprobe=nprobe
         )
     scale = query.shape[-1] ** -0.5 if scale is None else float(scale)
-    return _SelectedSoftmaxAttention.apply(query, key, value, index, scale, float(dropout_p))
+    out, weights = _SelectedSoftmaxAttention.apply(query, key, value, index, scale, float(dropout_p))
+    return (out, AttentionSelection(index, scores, weights)) if return_selection else out
+
+
+def _empty_selection(query: Tensor) -> AttentionSelection:
+    index = torch.empty(0, query.shape[1], 0, dtype=torch.long, device=query.device)
+    return AttentionSelection(index, query.new_empty(index.shape), query.new_empty(index.shape))
 
 
 def full_attention(
@@ -223,3 +296,69 @@ def full_attention(
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
         outputs.append(out[0].transpose(0, 1))
     return torch.cat(outputs)
+
+
+def full_attention_topk(
+    query: Tensor,
+    key: Tensor,
+    k: int,
+    *,
+    ptr: Tensor | None = None,
+    batch: Tensor | None = None,
+    scale: float | None = None,
+) -> AttentionSelection:
+    r"""The k largest weights of full softmax attention per query and head, and the mass they carry.
+
+    Softmax is monotone in the score, so the k largest weights belong to the exact top-k keys of
+    :func:`kmipgt.ops.topk_inner_product`. Their full-softmax weights are
+    :math:`\exp(s\, q_i \cdot k_j - \mathrm{LSE}_i)` with the per-query log-sum-exp over all keys of the
+    graph, computed tile by tile (memory ``O(N·H·k)`` plus a bounded score tile, never ``N×N``).
+
+    Args:
+        query: ``[N, H, d]``. key: ``[N, H, d]``.
+        k: weights kept per query (``>= 1``).
+        ptr / batch: the ragged graphs, as in :func:`kmip_attention`.
+        scale: logit scale, default ``1/sqrt(d)``.
+
+    Returns:
+        :class:`AttentionSelection` with ``weight`` renormalised over the k kept keys (sums to 1) and
+        ``mass`` ``[N, H]`` = the full-softmax weight those k keys carry (1 when k covers the graph).
+    """
+    check_query_key(query, key, k)
+    _check_scale_dropout(scale, 0.0)
+    ptr = graph_ptr(query.shape[0], ptr=ptr, batch=batch)
+    if query.shape[0] == 0:
+        selection = _empty_selection(query)
+        return selection._replace(mass=query.new_empty(0, query.shape[1]))
+    k = min(k, int((ptr[1:] - ptr[:-1]).max()))
+    scale = query.shape[-1] ** -0.5 if scale is None else float(scale)
+    with torch.no_grad():
+        scores, index = topk_inner_product(query, key, k, ptr=ptr)
+        logits = scores.to(_accumulate_dtype(query)) * scale
+        full = torch.exp(logits - _blockwise_logsumexp(query, key, ptr, scale)[..., None])
+        mass = full.sum(-1)
+    return AttentionSelection(index, scores, torch.softmax(logits, dim=-1), mass)
+
+
+def _blockwise_logsumexp(query: Tensor, key: Tensor, ptr: Tensor, scale: float) -> Tensor:
+    """``[N, H]`` log Σ_j exp(s q_i·k_j) over the keys j of i's graph, one bounded score tile at a time."""
+    num_nodes, heads, _ = query.shape
+    accumulate = _accumulate_dtype(query)
+    out = torch.full((num_nodes, heads), float("-inf"), dtype=accumulate, device=query.device)
+    lo, hi = node_graph_bounds(ptr, query.device)
+    query_h, key_h = query.transpose(0, 1).to(accumulate), key.transpose(0, 1).to(accumulate)
+    for block in graph_blocks(ptr, MIN_BLOCK_NODES):
+        key_tile = min(block.end - block.start, _LSE_KEY_TILE)
+        query_tile = max(1, _LSE_TILE_ELEMENTS // (heads * key_tile))
+        for q0 in range(block.start, block.end, query_tile):
+            q1 = min(q0 + query_tile, block.end)
+            for k0 in range(block.start, block.end, key_tile):
+                k1 = min(k0 + key_tile, block.end)
+                logits = torch.matmul(query_h[:, q0:q1], key_h[:, k0:k1].transpose(1, 2)) * scale
+                if block.multi:
+                    keys = torch.arange(k0, k1, device=query.device)
+                    same_graph = (keys >= lo[q0:q1, None]) & (keys < hi[q0:q1, None])
+                    logits.masked_fill_(~same_graph, float("-inf"))
+                tile = torch.logsumexp(logits, dim=-1).transpose(0, 1)
+                out[q0:q1] = torch.logaddexp(out[q0:q1], tile)
+    return out

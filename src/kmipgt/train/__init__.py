@@ -2,15 +2,18 @@
 
 from kmipgt.train.config import Config, load_config
 from kmipgt.train.metrics import METRICS, compute_metric
-from kmipgt.train.trainer import Trainer, build_model, evaluate_run, train
+from kmipgt.train.trainer import SplitGraph, Trainer, build_model, evaluate_run, load_run, split_graph, train
 
 __all__ = [
     "METRICS",
     "Config",
+    "SplitGraph",
     "Trainer",
     "build_model",
     "compute_metric",
     "evaluate_run",
     "load_config",
+    "load_run",
+    "split_graph",
     "train",
 ]

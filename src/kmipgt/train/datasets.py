@@ -97,7 +97,8 @@ def _prepare_graph(graph: Data, config: Config, encodings: bool = True) -> Data:
     edge_attr = _edge_features(graph)
     if edge_attr is not None:
         out.edge_attr = edge_attr
-    for key in ("train_mask", "val_mask", "test_mask", "edge_label_index", "edge_label"):
+    # pos: node coordinates, kept for pictures (explain plots); the model reads coordinates from x.
+    for key in ("train_mask", "val_mask", "test_mask", "edge_label_index", "edge_label", "pos"):
         if getattr(graph, key, None) is not None:
             out[key] = graph[key]
     return _add_encodings(out, config) if encodings else out

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 import yaml
+from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
 from torch_geometric.utils import negative_sampling
 from tqdm import tqdm
@@ -27,7 +28,7 @@ from kmipgt.nn import GraphTransformer
 from kmipgt.nn.baselines import BASELINE_KINDS, KIND_ARGUMENTS, BaselineModel
 from kmipgt.train.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from kmipgt.train.config import Config, ModelConfig, config_to_dict, load_config
-from kmipgt.train.datasets import PreparedData, prepare_data
+from kmipgt.train.datasets import SPLITS, PreparedData, prepare_data
 from kmipgt.train.metrics import compute_metric, higher_is_better
 from kmipgt.train.report import plot_curves, write_csv, write_json
 
@@ -496,6 +497,27 @@ def train(
     return metrics
 
 
+def load_run(
+    run_dir: str | Path, checkpoint: str = "best", overrides: list[str] | tuple[str, ...] = ()
+) -> Trainer:
+    """A run's :class:`Trainer` as ``kmipgt train`` built it, with the weights of ``best.pt`` or ``last.pt``.
+
+    The saved ``config.yaml`` (with ``overrides`` applied) gives the dataset, model and device; both files
+    are checked before the dataset is loaded, so a wrong directory fails fast (FileNotFoundError).
+    """
+    if checkpoint not in ("best", "last"):
+        raise ValueError(f"checkpoint must be 'best' or 'last', got {checkpoint!r}")
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        raise FileNotFoundError(f"no config.yaml in {run_dir} (not a run directory written by kmipgt train)")
+    path = run_dir / f"{checkpoint}.pt"
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    trainer = Trainer(load_config(run_dir / "config.yaml", overrides))
+    trainer.model.load_state_dict(load_checkpoint(path)["model"])
+    return trainer
+
+
 def evaluate_run(
     run_dir: str | Path,
     checkpoint: str = "best",
@@ -509,14 +531,50 @@ def evaluate_run(
     ``save_tokens``, dump that graph's query/key tokens to ``out_dir/tokens.pt`` (set ``out_dir`` to keep
     the run directory untouched).
     """
-    if checkpoint not in ("best", "last"):
-        raise ValueError(f"checkpoint must be 'best' or 'last', got {checkpoint!r}")
-    run_dir = Path(run_dir)
-    config = load_config(run_dir / "config.yaml", overrides)
-    trainer = Trainer(config)
-    trainer.model.load_state_dict(load_checkpoint(run_dir / f"{checkpoint}.pt")["model"])
-    with out_of_memory_hint(config):
+    trainer = load_run(run_dir, checkpoint, overrides)
+    with out_of_memory_hint(trainer.config):
         metrics: dict[str, Any] = trainer.evaluate()
         if save_tokens:
             metrics["tokens"] = str(trainer.save_tokens())
     return metrics
+
+
+@dataclass
+class SplitGraph:
+    """One graph of a run's data and a split's nodes on it, as attention analyses take them.
+
+    ``nodes``: ``[S]`` the split's nodes (node level: its mask; graph and edge level: every node of the
+    split's graph ``index``). ``labels``: ``[N]`` classes on node-level classification, else None.
+    ``train_mask``: ``[N]`` training-labelled nodes on node-level tasks, else None. ``coords``: ``[N, 2]``
+    node coordinates for pictures: the dataset's ``pos``, else the first two ``model.coord_columns`` of x
+    (z-scored), else None.
+    """
+
+    graph: Data
+    nodes: torch.Tensor
+    labels: torch.Tensor | None
+    train_mask: torch.Tensor | None
+    coords: torch.Tensor | None
+
+
+def split_graph(trainer: Trainer, split: str, index: int = 0) -> SplitGraph:
+    """The graph that ``split`` lives on (graph ``index`` of the split on graph/edge level) and its nodes."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    data = trainer.data
+    if data.level == "node":
+        graph = data.graph
+        nodes, train_mask = graph[f"{split}_mask"].nonzero().flatten(), graph.train_mask
+        classes = trainer.config.task.loss == "cross_entropy" and graph.y.dim() == 1
+        labels = graph.y if classes else None
+    else:
+        graphs = data.splits[split]
+        if not 0 <= index < len(graphs):
+            raise ValueError(f"graph {index} does not exist: split {split!r} has {len(graphs)} graphs")
+        graph = graphs[index]
+        nodes, labels, train_mask = torch.arange(graph.num_nodes), None, None
+    columns = trainer.config.model.coord_columns
+    coords = graph.get("pos")
+    if coords is None and len(columns) >= 2:
+        coords = graph.x[:, list(columns[:2])]
+    return SplitGraph(graph, nodes, labels, train_mask, coords)

@@ -1,0 +1,388 @@
+"""Which keys a trained model's global attention attends to, and statistics of them over a split.
+
+The keys and weights are the ones the forward pass itself used: every attention module with explicit
+weights (:class:`~kmipgt.nn.KMIPAttention`, :class:`~kmipgt.nn.FullAttention`) keeps its last selection
+while ``keep_attention`` is set, and a forward hook hands it on as soon as the layer has run. Only the
+chosen queries' rows are kept (``O(Q·k·layers·heads)``); statistics over every query of a split are
+accumulated chunk by chunk from one layer's selection before the next layer runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+from tqdm import tqdm
+
+from kmipgt.analysis.hops import HOP_CAP, hop_distances, undirected_adjacency
+from kmipgt.nn import FullAttention, GraphTransformer, KMIPAttention
+from kmipgt.ops import AttentionSelection
+
+__all__ = [
+    "EXPLAINABLE_KINDS",
+    "HOP_CAP",
+    "attended_keys",
+    "attention_modules",
+    "check_queries",
+    "explain",
+    "sample_queries",
+    "select_layers_heads",
+]
+
+EXPLAINABLE_KINDS = ("kmip", "full")
+# Queries per statistics chunk: bounds the [chunk, H, k] gathers and the hop search's working set.
+_CHUNK = 4096
+HOP_LABELS = [*(str(h) for h in range(HOP_CAP + 1)), f">{HOP_CAP}"]
+
+
+def attention_modules(model: GraphTransformer) -> list[KMIPAttention | FullAttention]:
+    """The global attention module of every layer; ValueError unless each has explicit weights."""
+    if len(model.layers) == 0:
+        raise ValueError("the model has no layers, so no attention to explain")
+    modules = []
+    for number, layer in enumerate(model.layers):
+        if not isinstance(layer.attention, KMIPAttention | FullAttention):
+            raise ValueError(
+                f"attention kind {layer.attention_kind!r} (layer {number}) has no explicit attention "
+                f"weights; explain supports {' and '.join(map(repr, EXPLAINABLE_KINDS))}"
+            )
+        modules.append(layer.attention)
+    return modules
+
+
+@contextlib.contextmanager
+def _streaming(
+    modules: list[KMIPAttention | FullAttention], k: int, consume: Callable[[int, AttentionSelection], None]
+) -> Iterator[None]:
+    """While active, each module's forward hands ``(layer, selection)`` to ``consume`` and keeps nothing."""
+    saved = [(module.keep_attention, getattr(module, "kept_keys", None)) for module in modules]
+    handles = []
+    for layer, module in enumerate(modules):
+        module.keep_attention = True
+        if isinstance(module, FullAttention):
+            module.kept_keys = k
+
+        def hook(module, args, output, layer=layer):
+            selection, module.last_attention = module.last_attention, None
+            consume(layer, selection)
+
+        handles.append(module.register_forward_hook(hook))
+    try:
+        yield
+    finally:
+        for module, handle, (keep, kept) in zip(modules, handles, saved):
+            handle.remove()
+            module.keep_attention = keep
+            if kept is not None:
+                module.kept_keys = kept
+
+
+@torch.no_grad()
+def _run(model: GraphTransformer, graph: Data) -> None:
+    """One forward of ``model`` over ``graph`` (eval mode, on the model's device)."""
+    was_training = model.training
+    model.eval()
+    graph = graph.to(next(model.parameters()).device)
+    try:
+        model.embed(
+            graph.x,
+            graph.edge_index,
+            batch=graph.get("batch"),
+            edge_attr=graph.get("edge_attr"),
+            lappe=graph.get("lappe"),
+            rwse=graph.get("rwse"),
+        )
+    finally:
+        model.train(was_training)
+
+
+def check_queries(queries: Tensor | list[int] | None, num_nodes: int) -> Tensor:
+    """``[Q]`` int64 node ids (all ``num_nodes`` when None); ValueError naming an id out of range."""
+    if queries is None:
+        return torch.arange(num_nodes)
+    queries = torch.as_tensor(queries, dtype=torch.long).flatten()
+    bad = queries[(queries < 0) | (queries >= num_nodes)]
+    if bad.numel():
+        raise ValueError(f"node {int(bad[0])} is out of range for a graph of {num_nodes} nodes")
+    return queries
+
+
+def sample_queries(split_nodes: Tensor, count: int, seed: int = 0) -> Tensor:
+    """``[min(count, S)]`` distinct nodes drawn from ``split_nodes`` with ``seed``, in increasing order."""
+    if count < 1:
+        raise ValueError(f"the number of sampled queries must be >= 1, got {count}")
+    rng = np.random.default_rng(seed)
+    picked = rng.choice(split_nodes.numel(), size=min(count, split_nodes.numel()), replace=False)
+    return split_nodes[torch.from_numpy(np.sort(picked))].sort().values
+
+
+def _rows(selection: AttentionSelection, rows: Tensor) -> AttentionSelection:
+    return AttentionSelection(*(None if t is None else t[rows.to(t.device)].cpu() for t in selection))
+
+
+def attended_keys(
+    model: GraphTransformer, graph: Data, queries: Tensor | list[int] | None = None, *, k: int = 16
+) -> list[AttentionSelection]:
+    """For each layer, the keys each chosen query attends to, with their scores and softmax weights.
+
+    Args:
+        model: a :class:`~kmipgt.nn.GraphTransformer` whose attention kind is ``kmip`` or ``full``.
+        graph: the input graph (``x``, ``edge_index``, ``edge_attr``, encodings as the model was trained).
+        queries: ``[Q]`` node ids (default: every node).
+        k: for full attention, how many of the largest weights to keep (k-MIP keeps its own k).
+
+    Returns:
+        One :class:`~kmipgt.ops.AttentionSelection` per layer, on the CPU: ``index``, ``score``
+        (``q·k``, unscaled) and ``weight`` ``[Q, H, k]``, keys by decreasing score; full attention adds
+        ``mass`` ``[Q, H]`` (its weights are renormalised over the k). Memory ``O(Q·k·layers·heads)``.
+    """
+    queries = check_queries(queries, graph.num_nodes)
+    kept: list[AttentionSelection] = []
+    with _streaming(
+        attention_modules(model), k, lambda layer, selection: kept.append(_rows(selection, queries))
+    ):
+        _run(model, graph)
+    return kept
+
+
+@dataclass
+class _Accumulator:
+    """Weighted sums over the queries seen so far, per head, from which :meth:`stats` are read."""
+
+    heads: int
+    num_nodes: int
+    histogram: Tensor = field(init=False)
+    sums: dict[str, Tensor] = field(init=False)
+    received: Tensor = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.histogram = torch.zeros(self.heads, HOP_CAP + 2, dtype=torch.float64)
+        names = ("weight", "hops", "reachable", "train", "same", "entropy", "queries", "mass")
+        self.sums = {name: torch.zeros(self.heads, dtype=torch.float64) for name in names}
+        self.received = torch.zeros(self.heads, self.num_nodes, dtype=torch.bool)
+
+    def add(self, sources: Tensor, selection: AttentionSelection, hops: Tensor, context: _Context) -> None:
+        """Fold in ``[C]`` queries: selection ``[C, H, k]`` and their key hops ``[C, H, k]`` (-1: > cap)."""
+        weight = selection.weight.double() * (selection.index >= 0)
+        index = selection.index.clamp(min=0)
+        bins = torch.where(hops < 0, HOP_CAP + 1, hops) + (HOP_CAP + 2) * torch.arange(self.heads)[:, None]
+        self.histogram += torch.bincount(
+            bins.flatten(), weight.flatten(), minlength=self.heads * (HOP_CAP + 2)
+        ).view(self.heads, -1)
+        reachable = weight * (hops >= 0)
+        sums = self.sums
+        sums["weight"] += weight.sum((0, 2))
+        sums["hops"] += (reachable * hops.clamp(min=0)).sum((0, 2))
+        sums["reachable"] += reachable.sum((0, 2))
+        sums["entropy"] += torch.special.entr(weight).sum((0, 2))
+        sums["queries"] += (weight.sum(-1) > 0).sum(0)
+        if context.train is not None:
+            sums["train"] += (weight * context.train[index]).sum((0, 2))
+        if context.labels is not None:
+            same = context.labels[index] == context.labels[sources][:, None, None]
+            sums["same"] += (weight * same).sum((0, 2))
+        if selection.mass is not None:
+            sums["mass"] += selection.mass.double().sum(0)
+        heads = torch.arange(self.heads)[None, :, None].expand_as(index)
+        self.received[heads[weight > 0], index[weight > 0]] = True
+
+    def stats(self, head: int, context: _Context, mass: bool = False) -> dict[str, Any]:
+        """The statistics of one head (see :func:`explain`)."""
+        sums = {name: float(value[head]) for name, value in self.sums.items()}
+        total = sums["weight"]
+        out: dict[str, Any] = {
+            "hops_histogram": dict(zip(HOP_LABELS, (self.histogram[head] / max(total, 1e-300)).tolist())),
+            "mean_hops": sums["hops"] / sums["reachable"] if sums["reachable"] > 0 else None,
+            "weight_on_train": sums["train"] / total if context.train is not None and total else None,
+            "same_label_rate": sums["same"] / total if context.labels is not None and total else None,
+            "base_same_label_rate": context.base_same_label_rate,
+            "entropy": sums["entropy"] / sums["queries"] if sums["queries"] else None,
+            "distinct_keys": int(self.received[head].sum()),
+            "queries": int(sums["queries"]),
+        }
+        if mass:
+            out["mean_mass"] = sums["mass"] / sums["queries"] if sums["queries"] else None
+        return out
+
+
+@dataclass
+class _Context:
+    """What every statistic needs about the graph: adjacency, labels, training nodes, split nodes."""
+
+    adjacency: sp.csr_matrix
+    split_nodes: Tensor
+    labels: Tensor | None
+    train: Tensor | None
+    base_same_label_rate: float | None
+
+
+def _context(graph: Data, split_nodes: Tensor, labels: Tensor | None, train_mask: Tensor | None) -> _Context:
+    labels = None if labels is None else labels.cpu()
+    base = None
+    if labels is not None and split_nodes.numel():
+        # Chance that a uniformly drawn node of the graph shares a split query's label.
+        share = torch.bincount(labels).double() / labels.numel()
+        base = float(share[labels[split_nodes]].mean())
+    train = None if train_mask is None else train_mask.cpu().double()
+    adjacency = undirected_adjacency(graph.edge_index, graph.num_nodes)
+    return _Context(adjacency, split_nodes, labels, train, base)
+
+
+def _key_hops(context: _Context, sources: Tensor, index: Tensor) -> Tensor:
+    """``[C, H, k]`` hops from each source to its keys (``-1`` beyond the cap or padding)."""
+    hops = hop_distances(context.adjacency, sources.numpy(), index.reshape(index.shape[0], -1).numpy())
+    return torch.from_numpy(hops).view(index.shape)
+
+
+def _chunks(nodes: Tensor, size: int = _CHUNK) -> list[Tensor]:
+    return list(nodes.split(size)) if nodes.numel() else []
+
+
+def _mpnn_reference(context: _Context) -> dict[str, Any]:
+    """The same statistics for the 1-hop neighbourhood of each split query, with uniform weights."""
+    adjacency = context.adjacency
+    degree = torch.from_numpy(np.diff(adjacency.indptr))
+    width = max(1, int(degree.max()))
+    indptr = torch.from_numpy(adjacency.indptr)
+    # A trailing -1 that every slot past a node's degree points at: those slots become padding.
+    indices = torch.cat([torch.from_numpy(adjacency.indices), torch.tensor([-1])])
+    accumulator = _Accumulator(1, adjacency.shape[0])
+    for sources in _chunks(context.split_nodes, max(1, _CHUNK * 16 // width)):
+        slots = torch.arange(width)
+        valid = slots < degree[sources, None]
+        index = indices[torch.where(valid, indptr[sources, None] + slots, indices.numel() - 1)][:, None, :]
+        weight = (valid / degree[sources, None].clamp(min=1))[:, None, :]
+        selection = AttentionSelection(index, weight, weight)
+        accumulator.add(sources, selection, _key_hops(context, sources, index), context)
+    return accumulator.stats(0, context)
+
+
+def _query_rows(
+    context: _Context, queries: Tensor, selection: AttentionSelection, hops: Tensor, head: int
+) -> list[dict[str, Any]]:
+    """JSON rows of the chosen queries for one head: each query's keys, best first."""
+    rows = []
+    for q, node in enumerate(queries.tolist()):
+        label = None if context.labels is None else int(context.labels[node])
+        keys = []
+        for slot, key in enumerate(selection.index[q, head].tolist()):
+            if key < 0:
+                continue
+            hop = int(hops[q, head, slot])
+            keys.append(
+                {
+                    "node": key,
+                    "score": float(selection.score[q, head, slot]),
+                    "weight": float(selection.weight[q, head, slot]),
+                    "hops": hop if hop >= 0 else None,
+                    "train": None if context.train is None else bool(context.train[key]),
+                    "same_label": None if label is None else int(context.labels[key]) == label,
+                }
+            )
+        row: dict[str, Any] = {"node": node, "label": label, "keys": keys}
+        if selection.mass is not None:
+            row["mass"] = float(selection.mass[q, head])
+        rows.append(row)
+    return rows
+
+
+def select_layers_heads(
+    model: GraphTransformer, layer: int | None = None, head: int | None = None
+) -> tuple[list[int], list[int]]:
+    """The layers and heads to explain (``None``: all); ValueError naming one that does not exist."""
+    modules = attention_modules(model)
+    chosen = []
+    for name, value, count in (("layer", layer, len(modules)), ("head", head, modules[0].heads)):
+        if value is not None and not 0 <= value < count:
+            raise ValueError(f"{name} {value} does not exist: the model has {count} {name}s (0-{count - 1})")
+        chosen.append(list(range(count)) if value is None else [value])
+    return chosen[0], chosen[1]
+
+
+def explain(
+    model: GraphTransformer,
+    graph: Data,
+    split_nodes: Tensor,
+    queries: Tensor | list[int],
+    *,
+    k: int = 16,
+    labels: Tensor | None = None,
+    train_mask: Tensor | None = None,
+    layer: int | None = None,
+    head: int | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Attended keys of the chosen queries and attention statistics over every query of a split.
+
+    Statistics per layer and head, over the split's queries (streamed in chunks of queries): the
+    weight-weighted histogram of hop distances from query to key in the undirected graph (``">64"``:
+    farther or unreachable), the weight-averaged hop distance over keys within the cap, the share of
+    weight on training nodes, the weighted same-label rate next to the base rate (a random node of the
+    graph sharing the query's label), the mean entropy of the weights (nats), and the number of distinct
+    keys with positive weight. ``mpnn_reference`` gives the same figures for each query's 1-hop
+    neighbours with uniform weights.
+
+    Args:
+        model: a trained :class:`~kmipgt.nn.GraphTransformer` with ``kmip`` or ``full`` attention.
+        graph: its input graph.
+        split_nodes: ``[S]`` the queries the statistics run over.
+        queries: ``[Q]`` the queries listed with their keys.
+        k: kept weights per query for full attention (k-MIP uses its own).
+        labels: ``[N]`` class per node, or None (no label figures).
+        train_mask: ``[N]`` bool, training-labelled nodes, or None.
+        layer, head: restrict the output to one layer / head (default: all).
+        progress: show a progress bar while streaming the split's queries.
+
+    Returns:
+        ``{"k", "attention", "num_nodes", "num_queries", "hop_cap", "layers": [{"layer", "head",
+        "queries": [...], "stats": {...}}, ...], "mpnn_reference": {...}}`` (the ``explain.json`` shape).
+    """
+    modules = attention_modules(model)
+    layers, heads = select_layers_heads(model, layer, head)
+    queries = check_queries(queries, graph.num_nodes)
+    split_nodes = check_queries(split_nodes, graph.num_nodes)
+    context = _context(graph, split_nodes, labels, train_mask)
+    chunks = _chunks(split_nodes)
+    entries: dict[tuple[int, int], dict[str, Any]] = {}
+    used_k = [k]
+    bar = tqdm(total=len(layers) * len(chunks), desc="explain", disable=not progress, file=sys.stderr)
+
+    def consume(number: int, selection: AttentionSelection) -> None:
+        if number not in layers:
+            return
+        used_k[0] = selection.index.shape[-1]
+        accumulator = _Accumulator(selection.index.shape[1], graph.num_nodes)
+        for sources in chunks:
+            part = _rows(selection, sources)
+            accumulator.add(sources, part, _key_hops(context, sources, part.index), context)
+            bar.update()
+        chosen = _rows(selection, queries)
+        hops = _key_hops(context, queries, chosen.index)
+        for h in heads:
+            entries[number, h] = {
+                "layer": number,
+                "head": h,
+                "queries": _query_rows(context, queries, chosen, hops, h),
+                "stats": accumulator.stats(h, context, mass=chosen.mass is not None),
+            }
+
+    with _streaming(modules, k, consume):
+        _run(model, graph)
+    bar.close()
+    return {
+        "k": used_k[0],
+        "attention": "full" if isinstance(modules[0], FullAttention) else "kmip",
+        "num_nodes": graph.num_nodes,
+        "num_queries": split_nodes.numel(),
+        "hop_cap": HOP_CAP,
+        "layers": [entries[key] for key in sorted(entries)],
+        "mpnn_reference": _mpnn_reference(context),
+    }

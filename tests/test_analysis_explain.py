@@ -1,0 +1,340 @@
+"""`kmipgt analysis explain`: attended keys, hop distances and statistics against independent references."""
+
+import importlib
+import json
+import math
+import shutil
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+import pytest
+import torch
+from torch_geometric.data import Data
+
+import kmipgt.analysis.hops as hops_module
+from kmipgt.analysis import attended_keys, explain, hop_distances, undirected_adjacency
+from kmipgt.cli import main
+from kmipgt.nn import GraphTransformer, KMIPAttention
+
+# The module, not the function of the same name that kmipgt.analysis exports.
+explain_module = importlib.import_module("kmipgt.analysis.explain")
+
+
+def _graph(num_nodes=40, seed=0, classes=3) -> Data:
+    """A connected ring with random chords (edges in one direction only), labels and a train mask."""
+    gen = torch.Generator().manual_seed(seed)
+    ring = torch.stack([torch.arange(num_nodes), (torch.arange(num_nodes) + 1) % num_nodes])
+    chords = torch.randint(0, num_nodes, (2, num_nodes // 4), generator=gen)
+    return Data(
+        x=torch.randn(num_nodes, 3, generator=gen),
+        edge_index=torch.cat([ring, chords], dim=1),
+        edge_attr=torch.randn(ring.size(1) + chords.size(1), 1, generator=gen),
+        y=torch.randint(0, classes, (num_nodes,), generator=gen),
+        train_mask=torch.rand(num_nodes, generator=gen) < 0.3,
+    )
+
+
+def _model(attention="kmip", heads=2, k=5, num_layers=2, seed=0) -> GraphTransformer:
+    torch.manual_seed(seed)
+    return GraphTransformer(
+        3, 8, 3, num_layers=num_layers, edge_channels=1, attention=attention, heads=heads, k=k
+    )
+
+
+def _attention_io(model: GraphTransformer, graph: Data) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Input and output of every layer's attention module in one eval forward (captured by hooks)."""
+    captured = []
+    handles = [
+        layer.attention.register_forward_hook(lambda m, args, out: captured.append((args[0], out)))
+        for layer in model.layers
+    ]
+    model.eval()
+    with torch.no_grad():
+        model.embed(graph.x, graph.edge_index, edge_attr=graph.edge_attr)
+    for handle in handles:
+        handle.remove()
+    return captured
+
+
+def _set_projections(module, w_query: torch.Tensor, w_key: torch.Tensor) -> None:
+    with torch.no_grad():
+        module.lin_query.weight.copy_(w_query)
+        module.lin_key.weight.copy_(w_key)
+        module.lin_query.bias.zero_()
+        module.lin_key.bias.zero_()
+
+
+@pytest.mark.parametrize("attention", ["kmip", "full"])
+def test_attended_keys_are_the_dense_top_k_with_softmax_weights(attention):
+    graph = _graph()
+    model = _model(attention, heads=2, k=5, num_layers=1)
+    # Hand-set projections: head 0 scores q = 2·h against k = h, head 1 uses a reversed basis.
+    eye = torch.eye(8)
+    w_query = torch.cat([2 * eye[:4], eye[4:].flip(0)])
+    _set_projections(model.layers[0].attention, w_query, eye)
+    queries = [0, 7, 21, 39]
+    (selection,) = attended_keys(model, graph, queries, k=5)
+    ((h, _),) = _attention_io(model, graph)
+
+    hq, hk = h.double().numpy() @ w_query.double().numpy().T, h.double().numpy()
+    for head in range(2):
+        q, k = hq[:, 4 * head : 4 * head + 4], hk[:, 4 * head : 4 * head + 4]
+        scores = q[queries] @ k.T  # independent dense QKᵀ of the chosen queries
+        top = np.argsort(-scores, axis=1, kind="stable")[:, :5]
+        np.testing.assert_array_equal(selection.index[:, head].numpy(), top)
+        top_scores = np.take_along_axis(scores, top, 1)
+        assert (np.diff(top_scores, axis=1) <= 0).all()  # descending
+        np.testing.assert_allclose(selection.score[:, head].numpy(), top_scores, rtol=1e-4, atol=1e-4)
+        logits = top_scores / 2.0  # 1/sqrt(head_dim = 4)
+        expected = np.exp(logits - logits.max(1, keepdims=True))
+        np.testing.assert_allclose(
+            selection.weight[:, head].numpy(), expected / expected.sum(1, keepdims=True), rtol=1e-4, atol=1e-6
+        )
+        if attention == "full":
+            full = np.exp(scores / 2.0 - scores.max(1, keepdims=True) / 2.0)
+            full /= full.sum(1, keepdims=True)
+            np.testing.assert_allclose(
+                selection.mass[:, head].numpy(), np.take_along_axis(full, top, 1).sum(1), rtol=1e-4
+            )
+
+
+def test_hooked_indices_reproduce_the_attention_output():
+    graph = _graph(seed=2)
+    model = _model("kmip", heads=2, k=4, num_layers=2)
+    selections = attended_keys(model, graph)  # every node a query
+    for layer, (selection, (h, out)) in enumerate(zip(selections, _attention_io(model, graph))):
+        module = model.layers[layer].attention
+        q, k, v = (
+            lin(h).view(h.size(0), 2, 4) for lin in (module.lin_query, module.lin_key, module.lin_value)
+        )
+        # Independent dense gather -> softmax -> weighted sum over the hooked indices.
+        index = selection.index
+        heads = torch.arange(2)[None, :, None]
+        logits = (q[:, :, None, :] * k[index, heads]).sum(-1) / 2.0
+        weights = torch.softmax(logits, dim=-1)
+        mixed = (weights[..., None] * v[index, heads]).sum(2)
+        torch.testing.assert_close(module.lin_out(mixed.reshape(h.size(0), 8)), out, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(selection.weight, weights, atol=1e-6, rtol=1e-5)
+
+
+def test_module_hook_on_a_ragged_batch_pads_small_graphs():
+    torch.manual_seed(0)
+    module = KMIPAttention(8, heads=2, k=6).eval()
+    x = torch.randn(12, 8)
+    batch = torch.tensor([0] * 9 + [1] * 3)
+    module.keep_attention = True
+    module(x, batch=batch)
+    selection = module.last_attention
+    assert selection.index.shape == (12, 2, 6)
+    small = selection.index[9:]
+    assert ((small >= 9) | (small == -1)).all() and (small == -1).sum() == 3 * 2 * 3
+    torch.testing.assert_close(selection.weight.sum(-1), torch.ones(12, 2))
+    assert (selection.weight[selection.index < 0] == 0).all()
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_hop_distances_match_networkx_with_the_cap(compiled, monkeypatch):
+    if not compiled:
+        monkeypatch.setattr(hops_module, "numba", None)
+    elif hops_module.numba is None:
+        pytest.skip("numba is not installed")
+    gen = torch.Generator().manual_seed(3)
+    path = torch.stack([torch.arange(29), torch.arange(1, 30)])  # a 30-node path, one direction only
+    extra = torch.tensor([[30, 31], [31, 32]])  # a separate component
+    edge_index = torch.cat([path, extra, torch.randint(0, 30, (2, 3), generator=gen)], dim=1)
+    adjacency = undirected_adjacency(edge_index, 34)  # node 33 is isolated
+    reference = nx.Graph(edge_index.t().tolist())
+    reference.add_nodes_from(range(34))
+    sources = np.array([0, 5, 30, 33, 12])
+    targets = np.array([[0, 29, 31, -1], [4, 33, 29, 6], [32, 0, 30, 31], [33, 0, -1, 1], [2, 20, 28, 13]])
+    for cap in (64, 6):
+        hops = hop_distances(adjacency, sources, targets, cap=cap)
+        for q, source in enumerate(sources):
+            lengths = nx.single_source_shortest_path_length(reference, int(source))
+            for t, target in enumerate(targets[q]):
+                expected = lengths.get(int(target), -1) if target >= 0 else -1
+                assert hops[q, t] == (expected if expected <= cap else -1), (source, target, cap)
+
+
+def test_statistics_equal_a_direct_computation_from_the_json_rows(monkeypatch):
+    monkeypatch.setattr(explain_module, "_CHUNK", 7)  # stream the split in several chunks
+    graph = _graph(num_nodes=45, seed=4)
+    model = _model("kmip", heads=2, k=6, num_layers=2)
+    everything = torch.arange(45)
+    result = explain(model, graph, everything, everything, labels=graph.y, train_mask=graph.train_mask)
+    result = json.loads(json.dumps(result))  # what explain.json holds
+    reference = nx.Graph(graph.edge_index.t().tolist())
+    lengths = dict(nx.all_pairs_shortest_path_length(reference))
+    y, train = graph.y.tolist(), graph.train_mask.tolist()
+    base = np.mean([np.mean([y[j] == y[i] for j in range(45)]) for i in range(45)])
+    assert [(e["layer"], e["head"]) for e in result["layers"]] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    for entry in result["layers"]:
+        keys = [(row, key) for row in entry["queries"] for key in row["keys"]]
+        for row, key in keys:
+            assert key["hops"] == lengths[row["node"]].get(key["node"])
+            assert key["train"] == train[key["node"]] and key["same_label"] == (
+                y[key["node"]] == row["label"]
+            )
+        for row in entry["queries"]:
+            assert math.isclose(sum(key["weight"] for key in row["keys"]), 1.0, rel_tol=1e-5)
+        total = sum(key["weight"] for _, key in keys)
+        histogram = {
+            str(h): sum(key["weight"] for _, key in keys if key["hops"] == h) / total for h in range(65)
+        }
+        histogram[">64"] = sum(key["weight"] for _, key in keys if key["hops"] is None) / total
+        stats = entry["stats"]
+        assert stats["hops_histogram"] == pytest.approx(histogram, abs=1e-9)
+        assert stats["mean_hops"] == pytest.approx(
+            sum(key["weight"] * key["hops"] for _, key in keys) / total
+        )
+        assert stats["weight_on_train"] == pytest.approx(
+            sum(key["weight"] for _, key in keys if key["train"]) / total
+        )
+        assert stats["same_label_rate"] == pytest.approx(
+            sum(key["weight"] for _, key in keys if key["same_label"]) / total
+        )
+        assert stats["base_same_label_rate"] == pytest.approx(base)
+        entropy = [
+            -sum(k["weight"] * math.log(k["weight"]) for k in row["keys"] if k["weight"] > 0)
+            for row in entry["queries"]
+        ]
+        assert stats["entropy"] == pytest.approx(np.mean(entropy), rel=1e-5)
+        assert stats["distinct_keys"] == len({key["node"] for _, key in keys if key["weight"] > 0})
+
+    mpnn = result["mpnn_reference"]
+    neighbours = {i: list(reference.neighbors(i)) for i in range(45)}
+    assert mpnn["mean_hops"] == pytest.approx(np.mean([1.0 for i in range(45) if neighbours[i]]))
+    assert mpnn["same_label_rate"] == pytest.approx(
+        np.mean([np.mean([y[j] == y[i] for j in neighbours[i]]) for i in range(45)])
+    )
+    assert mpnn["weight_on_train"] == pytest.approx(
+        np.mean([np.mean([train[j] for j in neighbours[i]]) for i in range(45)])
+    )
+    assert mpnn["hops_histogram"]["1"] == pytest.approx(1.0)
+
+
+def test_without_node_labels_the_label_figures_are_null():
+    # A graph of a graph-level task: no node labels, no training mask; hop figures remain.
+    graph = _graph(num_nodes=12, seed=5)
+    result = explain(_model("full", k=20), graph, torch.arange(12), [3])
+    assert result["k"] == 12  # the whole (small) graph: full attention keeps every key
+    for entry in result["layers"]:
+        (row,) = entry["queries"]
+        assert row["label"] is None and row["mass"] == pytest.approx(1.0, rel=1e-5)
+        assert all(key["train"] is None and key["same_label"] is None for key in row["keys"])
+        stats = entry["stats"]
+        assert stats["same_label_rate"] is None and stats["weight_on_train"] is None
+        assert stats["base_same_label_rate"] is None and stats["mean_mass"] == pytest.approx(1.0, rel=1e-5)
+        assert sum(stats["hops_histogram"].values()) == pytest.approx(1.0)
+    assert result["mpnn_reference"]["same_label_rate"] is None
+
+
+def test_layer_head_and_kind_are_checked():
+    graph = _graph()
+    with pytest.raises(ValueError, match="layer 2 does not exist"):
+        explain(_model(), graph, torch.arange(5), [0], layer=2)
+    with pytest.raises(ValueError, match="head 3 does not exist"):
+        explain(_model(), graph, torch.arange(5), [0], head=3)
+    with pytest.raises(ValueError, match="node 40 is out of range"):
+        explain(_model(), graph, torch.arange(5), [40])
+    with pytest.raises(ValueError, match=r"'performer'.*no explicit attention weights"):
+        attended_keys(_model("performer"), graph)
+
+
+def _train_city(out, attention="kmip"):
+    main(
+        [
+            "train",
+            "--no-progress",
+            "--config",
+            "configs/synthetic_city.yaml",
+            "--set",
+            f"out_dir={out}",
+            "--set",
+            "data.options={num_nodes: 600, seed: 0}",
+            "--set",
+            "model.num_layers=2",
+            "--set",
+            "model.channels=16",
+            "--set",
+            f"model.attention={attention}",
+            "--set",
+            "optim.epochs=2",
+            "--set",
+            "optim.warmup_epochs=1",
+            "--set",
+            "device=cpu",
+        ]
+    )
+
+
+def _explain_cli(capsys, *args):
+    code = main(["analysis", "explain", "--no-progress", *map(str, args)])
+    return code, capsys.readouterr()
+
+
+@pytest.mark.slow
+def test_cli_explains_a_trained_synthetic_city(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(Path(__file__).parents[1])
+    run = tmp_path / "run"
+    _train_city(run)
+    capsys.readouterr()
+    out = tmp_path / "explain"
+    code, printed = _explain_cli(capsys, run, "--nodes", "0,17,599", "--out", out)
+    assert code == 0, printed.err
+    result = json.loads((out / "explain.json").read_text())
+    assert result["run"] == str(run) and result["split"] == "test" and result["k"] == 16
+    assert [(e["layer"], e["head"]) for e in result["layers"]] == [
+        (layer, h) for layer in (0, 1) for h in range(4)
+    ]
+    for entry in result["layers"]:
+        assert [row["node"] for row in entry["queries"]] == [0, 17, 599]
+        for row in entry["queries"]:
+            assert len(row["keys"]) == 16 and isinstance(row["label"], int)
+            assert math.isclose(sum(key["weight"] for key in row["keys"]), 1.0, rel_tol=1e-5)
+            for key in row["keys"]:
+                assert set(key) == {"node", "score", "weight", "hops", "train", "same_label"}
+                assert key["hops"] is None or isinstance(key["hops"], int)
+        assert set(entry["stats"]) >= {
+            "hops_histogram",
+            "mean_hops",
+            "weight_on_train",
+            "same_label_rate",
+            "base_same_label_rate",
+            "entropy",
+            "distinct_keys",
+        }
+        assert list(entry["stats"]["hops_histogram"])[-1] == ">64"
+        assert entry["stats"]["queries"] == result["num_queries"] == 480  # the test split: 80 % of 600
+    assert set(result["mpnn_reference"]) >= {"mean_hops", "same_label_rate", "weight_on_train"}
+    for name in ("explain_layer0.png", "explain_layer1.png", "explain_stats.png"):
+        assert (out / name).stat().st_size > 1000
+
+    code, _ = _explain_cli(capsys, run, "--sample", "2", "--layer", "1", "--head", "3", "--split", "val")
+    assert code == 0
+    sampled = json.loads((run / "explain" / "explain.json").read_text())
+    assert [(e["layer"], e["head"]) for e in sampled["layers"]] == [(1, 3)]
+    assert len(sampled["layers"][0]["queries"]) == 2 and sampled["num_queries"] == 60
+
+    # Bad input: one line naming the value, exit 2, nothing written.
+    no_checkpoint = tmp_path / "no_checkpoint"
+    no_checkpoint.mkdir()
+    shutil.copy(run / "config.yaml", no_checkpoint / "config.yaml")
+    performer = tmp_path / "performer"
+    _train_city(performer, attention="performer")
+    capsys.readouterr()
+    cases = [
+        ((no_checkpoint,), "best.pt"),
+        ((run, "--nodes", "3,600"), "node 600"),
+        ((run, "--layer", "2"), "layer 2"),
+        ((run, "--head", "4"), "head 4"),
+        ((performer,), "'performer'"),
+        ((run, "--split", "dev"), "'dev'"),
+    ]
+    for args, named in cases:
+        bad_out = tmp_path / "bad"
+        code, printed = _explain_cli(capsys, *args, "--out", bad_out)
+        assert code == 2, args
+        assert printed.err.startswith("kmipgt: error: ") and named in printed.err, printed.err
+        assert printed.err.count("\n") == 1 and not bad_out.exists()
