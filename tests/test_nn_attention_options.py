@@ -87,3 +87,20 @@ def test_attention_option_errors():
         GraphTransformer(5, 16, 3, attention_qk="values")
     with pytest.raises(ValueError, match="attention_layers must index"):
         GraphTransformer(5, 16, 3, num_layers=2, attention_layers=[2])
+
+
+def test_position_attention_starts_with_tied_query_key_projections():
+    torch.manual_seed(0)
+    model = GraphTransformer(5, 16, 3, num_layers=2, k=4, coord_columns=[0, 1], num_frequencies=2,
+                             attention_qk="encoding")
+    model.reset_parameters()
+    for layer in model.layers:
+        attention = layer.attention
+        torch.testing.assert_close(attention.lin_key.weight, attention.lin_query.weight)
+        assert attention.lin_query.bias.abs().sum() == 0 and attention.lin_key.bias.abs().sum() == 0
+    # Tied projections make the score matrix a Gram matrix x^T W^T W y: symmetric, positive semi-definite.
+    graph = _graph(30)
+    query, key = model.layers[0].attention.query_key(model.node_encoder.encodings(graph.x))
+    scores = torch.einsum("nhd,mhd->hnm", query, key).detach()
+    torch.testing.assert_close(scores, scores.transpose(1, 2))
+    assert (torch.linalg.eigvalsh(scores.double()) > -1e-5).all()

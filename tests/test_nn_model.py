@@ -45,10 +45,19 @@ def test_gated_gcn_matches_per_node_loop():
 
 
 def test_fourier_features_are_sin_cos_octaves():
-    coords = torch.tensor([[0.25, -0.5]])
+    coords = torch.tensor([[1.0, -2.0]])
     out = FourierFeatures(2)(coords)
     angles = torch.tensor([0.25 * torch.pi, 0.5 * torch.pi, -0.5 * torch.pi, -torch.pi])
     torch.testing.assert_close(out, torch.cat([angles.sin(), angles.cos()])[None])
+
+
+def test_fourier_kernel_peaks_only_at_the_same_position_over_standardised_range():
+    grid = torch.linspace(-3.9, 3.9, 157)[:, None]
+    features = FourierFeatures(6)(grid)
+    kernel = features @ features.t()
+    torch.testing.assert_close(kernel.argmax(1), torch.arange(157))
+    off_diagonal = kernel - torch.eye(157) * kernel.diagonal()
+    assert off_diagonal.max() < kernel.diagonal().min() - 0.1
 
 
 @pytest.mark.parametrize("local", LOCALS)

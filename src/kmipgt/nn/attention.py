@@ -72,6 +72,20 @@ class _MultiHeadProjections(torch.nn.Module):
         for lin in (self.lin_query, self.lin_key, self.lin_value, self.lin_out):
             lin.reset_parameters()
 
+    @torch.no_grad()
+    def tie_query_key(self) -> None:
+        r"""Start keys as a copy of the query projection, both without bias (the two still train apart).
+
+        Then :math:`\mathbf{q}_i \cdot \mathbf{k}_j = \mathbf{x}_i^\top W^\top W \mathbf{x}_j` is a
+        positive semi-definite kernel, largest for inputs alike: when queries and keys come from
+        positional encodings, the first top-k of each query is its spatial neighbourhood. Independent
+        random projections instead select keys unrelated to the query, and since the top-k selection
+        passes no gradient, training never finds the useful keys from there.
+        """
+        self.lin_key.weight.copy_(self.lin_query.weight)
+        self.lin_query.bias.zero_()
+        self.lin_key.bias.zero_()
+
     def query_key(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """Query and key tokens ``[N, H, head_dim]`` each, as the attention sees them."""
         shape = (x.size(0), self.heads, self.head_dim)

@@ -99,7 +99,10 @@ class GraphTransformer(torch.nn.Module):
         attention_qk: what the attention's queries and keys are projected from: ``"hidden"`` (the layer
             input, as in GraphGPS) or ``"encoding"`` (the positional encodings of
             :meth:`~kmipgt.nn.encoders.NodeEncoder.encodings`: Fourier features of the coordinates,
-            LapPE, RWSE), so that attention finds keys by position; values always come from the layer input.
+            LapPE, RWSE), so that attention finds keys by position; values always come from the layer
+            input. With ``"encoding"`` the query and key projections start tied
+            (:meth:`~kmipgt.nn.attention.KMIPAttention.tie_query_key`), so each query's first top-k is
+            its neighbourhood in the encoding.
         attention_gate: attention as a zero-initialised gated residual of the local branch
             (see :class:`~kmipgt.nn.gps_layer.GPSLayer`).
         attention_layers: indices of the layers that have global attention (default: all); negative
@@ -172,12 +175,21 @@ class GraphTransformer(torch.nn.Module):
             )
             for i in range(num_layers)
         )
+        self._tie_position_attention()
         self.head = MLPHead(channels, out_channels, head_layers, dropout)
 
     def reset_parameters(self) -> None:
         for module in [self.node_encoder, self.edge_encoder, *self.layers, self.head]:
             if module is not None:
                 module.reset_parameters()
+        self._tie_position_attention()
+
+    def _tie_position_attention(self) -> None:
+        if self.attention_qk != "encoding":
+            return
+        for layer in self.layers:
+            if hasattr(layer.attention, "tie_query_key"):
+                layer.attention.tie_query_key()
 
     def embed(
         self,
