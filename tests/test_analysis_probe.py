@@ -44,3 +44,25 @@ def test_probe_finds_a_label_planted_in_spatial_neighbourhoods():
     assert rows["hops<=2"] < 0.7
     assert rows["spatial 200"] > 0.9
     assert rows["hops<=2 + spatial 200"] > 0.9
+
+
+def test_probe_command_prints_and_writes_every_row(tmp_path, capsys):
+    import json
+
+    import yaml
+
+    from kmipgt.cli import main
+
+    config = tmp_path / "city.yaml"
+    config.write_text(yaml.safe_dump({
+        "data": {"name": "synthetic_city", "options": {"num_nodes": 600, "seed": 0}},
+        "model": {"coord_columns": [0, 1]},
+    }))
+    out = tmp_path / "probe.json"
+    assert main(["analysis", "probe", "--config", str(config), "--hops", "0,2", "--spatial", "16",
+                 "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert set(rows) == {"config", "overrides", "hops<=0", "hops<=2", "spatial 16", "hops<=2 + spatial 16"}
+    printed = capsys.readouterr().out
+    assert all(f"| {name} | {rows[name]:.3f} |" in printed for name in ("hops<=0", "spatial 16"))
+    assert main(["analysis", "probe", "--config", str(config), "--set", "task.level=graph"]) == 2

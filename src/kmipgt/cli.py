@@ -384,6 +384,41 @@ def _analysis_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _analysis_probe(args: argparse.Namespace) -> int:
+    from kmipgt.analysis import neighbourhood_probe
+    from kmipgt.train.config import load_config
+    from kmipgt.train.datasets import prepare_data
+
+    config = load_config(args.config, args.overrides)
+    if config.task.level != "node":
+        print(
+            f"kmipgt: error: the probe needs a node-level task, got task.level={config.task.level!r}",
+            file=sys.stderr,
+        )
+        return 2
+    graph = prepare_data(config).graph
+    coords = graph.get("pos")
+    if coords is None and len(config.model.coord_columns) >= 2:
+        coords = graph.x[:, config.model.coord_columns[:2]]
+    rows = neighbourhood_probe(
+        graph.x,
+        graph.y,
+        graph.edge_index,
+        graph.train_mask,
+        graph.test_mask,
+        coords,
+        hops=tuple(args.hops),
+        spatial_k=tuple(args.spatial),
+    )
+    print("| features | test accuracy |\n|---|---|")
+    for name, accuracy in rows.items():
+        print(f"| {name} | {accuracy:.3f} |")
+    if args.out is not None:
+        record = {"config": str(args.config), "overrides": args.overrides, **rows}
+        args.out.write_text(json.dumps(record, indent=2))
+    return 0
+
+
 def _add_analysis(commands: argparse._SubParsersAction) -> None:
     analysis = commands.add_parser("analysis", help="inspect trained models").add_subparsers(
         dest="analysis_command", required=True
@@ -404,6 +439,17 @@ def _add_analysis(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", type=Path, default=None, help="output folder (default RUN_DIR/explain)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.set_defaults(handler=_analysis_explain)
+    probe = analysis.add_parser(
+        "probe", help="linear probe: label signal in hop neighbourhoods vs spatial neighbourhoods"
+    )
+    probe.add_argument("--config", type=Path, required=True, help="run config naming the dataset")
+    _add_overrides(probe, "data.options.num_nodes=20000")
+    probe.add_argument("--hops", type=_csv(int), default=[0, 2, 4, 8, 16], help="hop counts")
+    probe.add_argument(
+        "--spatial", type=_csv(int), default=[16, 64, 256, 1024], help="spatial neighbourhood sizes"
+    )
+    probe.add_argument("--out", type=Path, default=None, help="also write the rows as JSON here")
+    probe.set_defaults(handler=_analysis_probe)
 
 
 def build_parser() -> argparse.ArgumentParser:
