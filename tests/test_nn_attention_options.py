@@ -104,3 +104,19 @@ def test_position_attention_starts_with_tied_query_key_projections():
     scores = torch.einsum("nhd,mhd->hnm", query, key).detach()
     torch.testing.assert_close(scores, scores.transpose(1, 2))
     assert (torch.linalg.eigvalsh(scores.double()) > -1e-5).all()
+
+
+def test_position_queries_see_only_the_coordinate_features():
+    torch.manual_seed(0)
+    graph = _graph()
+    rwse = torch.rand(12, 3)
+    model = GraphTransformer(5, 16, 3, num_layers=1, edge_channels=2, k=4, coord_columns=[0, 1],
+                             num_frequencies=2, rwse_dim=3, attention_qk="position")
+    assert model.layers[0].attention.qk_channels == 8
+    torch.testing.assert_close(
+        model.node_encoder.encodings(graph.x, rwse=rwse, structural=False), FourierFeatures(2)(graph.x[:, :2])
+    )
+    assert model.node_encoder.encodings(graph.x, rwse=rwse).shape == (12, 11)
+    assert model(graph.x, graph.edge_index, edge_attr=graph.edge_attr, rwse=rwse).shape == (12, 3)
+    with pytest.raises(ValueError, match="attention_qk='position' needs coord_columns"):
+        GraphTransformer(5, 16, 3, rwse_dim=3, attention_qk="position")

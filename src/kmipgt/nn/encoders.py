@@ -85,26 +85,31 @@ class NodeEncoder(torch.nn.Module):
         )
         self.lin_lappe = torch.nn.Linear(lappe_dim, channels) if lappe_dim > 0 else None
         self.lin_rwse = torch.nn.Linear(rwse_dim, channels) if rwse_dim > 0 else None
-        self.encoding_channels = (
-            2 * len(self.coord_columns) * num_frequencies * (self.fourier is not None) + lappe_dim + rwse_dim
-        )
+        self.position_channels = 2 * len(self.coord_columns) * num_frequencies * (self.fourier is not None)
+        self.encoding_channels = self.position_channels + lappe_dim + rwse_dim
 
     def reset_parameters(self) -> None:
         for lin in (self.lin_x, self.lin_fourier, self.lin_lappe, self.lin_rwse):
             if lin is not None:
                 lin.reset_parameters()
 
-    def encodings(self, x: Tensor, lappe: Tensor | None = None, rwse: Tensor | None = None) -> Tensor:
+    def encodings(
+        self, x: Tensor, lappe: Tensor | None = None, rwse: Tensor | None = None, structural: bool = True
+    ) -> Tensor:
         """The positional part of the input, unprojected: ``[γ(coords) ‖ lappe ‖ rwse]``, ``[N, P]``.
 
         What attention queries and keys see when they are meant to find nodes by position and structure
-        rather than by their hidden state (``GraphTransformer(attention_qk="encoding")``). LapPE keeps its
-        stored signs here: a random flip would move every key between steps.
+        rather than by their hidden state (``GraphTransformer(attention_qk="encoding")``); with
+        ``structural=False`` only the Fourier features of the coordinates (``attention_qk="position"``).
+        LapPE keeps its stored signs here: a random flip would move every key between steps.
         """
-        if self.encoding_channels == 0:
-            raise ValueError("the node encoder has no positional encodings (coords, LapPE or RWSE)")
+        size = self.encoding_channels if structural else self.position_channels
+        if size == 0:
+            wanted = "positional encodings (coords, LapPE or RWSE)" if structural else "coordinate features"
+            raise ValueError(f"the node encoder has no {wanted}")
         parts = [self.fourier(x[:, self.coord_columns])] if self.fourier is not None else []
-        parts += [t for t, lin in ((lappe, self.lin_lappe), (rwse, self.lin_rwse)) if lin is not None]
+        if structural:
+            parts += [t for t, lin in ((lappe, self.lin_lappe), (rwse, self.lin_rwse)) if lin is not None]
         if any(t is None for t in parts):
             raise ValueError("this encoder was built with LapPE/RWSE but got no lappe/rwse tensor")
         return torch.cat(parts, dim=-1)

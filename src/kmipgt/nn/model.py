@@ -12,7 +12,7 @@ from kmipgt.nn.gps_layer import GPSLayer
 
 TASKS = ("node", "graph", "edge")
 POOLINGS = ("mean", "sum")
-ATTENTION_QK = ("hidden", "encoding")
+ATTENTION_QK = ("hidden", "encoding", "position")
 
 
 def _layers_with_attention(indices: list[int] | tuple[int, ...] | None, num_layers: int) -> set[int]:
@@ -102,7 +102,8 @@ class GraphTransformer(torch.nn.Module):
             LapPE, RWSE), so that attention finds keys by position; values always come from the layer
             input. With ``"encoding"`` the query and key projections start tied
             (:meth:`~kmipgt.nn.attention.KMIPAttention.tie_query_key`), so each query's first top-k is
-            its neighbourhood in the encoding.
+            its neighbourhood in the encoding. ``"position"``: the same with the Fourier features of the
+            coordinates only (no LapPE/RWSE, whose structural similarity is blind to location).
         attention_gate: attention as a zero-initialised gated residual of the local branch
             (see :class:`~kmipgt.nn.gps_layer.GPSLayer`).
         attention_layers: indices of the layers that have global attention (default: all); negative
@@ -152,11 +153,18 @@ class GraphTransformer(torch.nn.Module):
         self.node_encoder = NodeEncoder(
             in_channels, channels, coord_columns, num_frequencies, lappe_dim, rwse_dim
         )
-        if attention_qk == "encoding" and self.node_encoder.encoding_channels == 0:
-            raise ValueError("attention_qk='encoding' needs coord_columns + num_frequencies, LapPE or RWSE")
+        qk_channels = {
+            "hidden": None,
+            "encoding": self.node_encoder.encoding_channels,
+            "position": self.node_encoder.position_channels,
+        }[attention_qk]
+        if qk_channels == 0:
+            raise ValueError(
+                f"attention_qk={attention_qk!r} needs coord_columns + num_frequencies"
+                + (", LapPE or RWSE" if attention_qk == "encoding" else "")
+            )
         self.edge_encoder = EdgeEncoder(edge_channels, channels) if local != "none" else None
         with_attention = _layers_with_attention(attention_layers, num_layers)
-        qk_channels = self.node_encoder.encoding_channels if attention_qk == "encoding" else None
         self.layers = torch.nn.ModuleList(
             GPSLayer(
                 channels,
@@ -185,7 +193,7 @@ class GraphTransformer(torch.nn.Module):
         self._tie_position_attention()
 
     def _tie_position_attention(self) -> None:
-        if self.attention_qk != "encoding":
+        if self.attention_qk == "hidden":
             return
         for layer in self.layers:
             if hasattr(layer.attention, "tie_query_key"):
@@ -203,7 +211,9 @@ class GraphTransformer(torch.nn.Module):
         """Node embeddings ``[N, channels]`` after the last GPS layer."""
         h = self.node_encoder(x, lappe=lappe, rwse=rwse)
         e = self.edge_encoder(edge_attr, edge_index.size(1)) if self.edge_encoder is not None else None
-        qk = self.node_encoder.encodings(x, lappe, rwse) if self.attention_qk == "encoding" else None
+        qk = None
+        if self.attention_qk != "hidden":
+            qk = self.node_encoder.encodings(x, lappe, rwse, structural=self.attention_qk == "encoding")
         for layer in self.layers:
             layer_qk = qk if layer.attention is not None else None
             h, e = layer(h, edge_index, batch=batch, edge_attr=e, qk_x=layer_qk)
