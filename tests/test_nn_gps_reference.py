@@ -25,8 +25,9 @@ def _copy_attention(layer: GPSLayer, conv: GPSConv) -> None:
             theirs.module.load_state_dict(ours.state_dict())
 
 
+@pytest.mark.parametrize("local", ["gine", "sage"])
 @pytest.mark.parametrize("training", [False, True])
-def test_gine_plus_full_attention_equals_pyg_gpsconv(training):
+def test_local_mpnn_plus_full_attention_equals_pyg_gpsconv(local, training):
     torch.manual_seed(0)
     channels, heads, sizes = 16, 4, (7, 11, 5)
     batch = torch.cat([torch.full((n,), g) for g, n in enumerate(sizes)])
@@ -36,11 +37,12 @@ def test_gine_plus_full_attention_equals_pyg_gpsconv(training):
     )
     x = torch.randn(ptr[-1], channels)
     edge_attr = torch.randn(edge_index.size(1), channels)
-    layer = GPSLayer(channels, local="gine", attention="full", heads=heads, norm="batch", activation="relu")
+    layer = GPSLayer(channels, local=local, attention="full", heads=heads, norm="batch", activation="relu")
     conv = GPSConv(channels, layer.local, heads=heads, act="relu", norm="batch_norm")
     _copy_attention(layer, conv)
     layer.train(training)
     conv.train(training)
-    ours, _ = layer(x, edge_index, batch=batch, edge_attr=edge_attr)
-    theirs = conv(x, edge_index, batch=batch, edge_attr=edge_attr)
+    edges = {"edge_attr": edge_attr} if local == "gine" else {}
+    ours, _ = layer(x, edge_index, batch=batch, **edges)
+    theirs = conv(x, edge_index, batch=batch, **edges)
     torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-4)

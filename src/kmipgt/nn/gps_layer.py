@@ -5,12 +5,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch_geometric.nn import GINEConv
+from torch_geometric.nn import GINEConv, SAGEConv
 
 from kmipgt.nn.attention import build_global_attention
 from kmipgt.nn.gated_gcn import GatedGCNLayer
 
-LOCAL_KINDS = ("gatedgcn", "gine", "none")
+LOCAL_KINDS = ("gatedgcn", "gine", "sage", "none")
+EDGE_LOCAL_KINDS = ("gatedgcn", "gine")  # the local MPNNs that read edge features
 NORM_KINDS = ("layer", "batch")
 
 
@@ -24,7 +25,7 @@ def build_norm(kind: str, channels: int) -> torch.nn.Module:
 
 
 def build_local_mpnn(kind: str, channels: int, dropout: float = 0.0) -> torch.nn.Module | None:
-    """GatedGCN (with edge updates), GINE (PyG ``GINEConv``) or ``None``."""
+    """GatedGCN (with edge updates), GINE (PyG ``GINEConv``), GraphSAGE (PyG ``SAGEConv``) or ``None``."""
     if kind == "gatedgcn":
         return GatedGCNLayer(channels, dropout=dropout, residual=True)
     if kind == "gine":
@@ -32,6 +33,8 @@ def build_local_mpnn(kind: str, channels: int, dropout: float = 0.0) -> torch.nn
             torch.nn.Linear(channels, channels), torch.nn.ReLU(), torch.nn.Linear(channels, channels)
         )
         return GINEConv(mlp, edge_dim=channels)
+    if kind == "sage":
+        return SAGEConv(channels, channels)
     if kind == "none":
         return None
     raise ValueError(f"local MPNN must be one of {LOCAL_KINDS}, got {kind!r}")
@@ -46,8 +49,8 @@ class GPSLayer(torch.nn.Module):
         \mathbf{h}' &= \mathrm{Norm}(\mathbf{h}_L + \mathbf{h}_G + \mathrm{FFN}(\mathbf{h}_L + \mathbf{h}_G))
 
     GatedGCN carries its own residual, dropout and edge update (GraphGPS's ``CustomGatedGCN`` wiring);
-    GINE keeps the edge features unchanged. Either branch may be absent (``local="none"`` or
-    ``attention="none"``), but not both.
+    GINE keeps the edge features unchanged; GraphSAGE ignores them. Either branch may be absent
+    (``local="none"`` or ``attention="none"``), but not both.
 
     With ``attention_gate=True`` (and a local MPNN) the attention enters as a gated residual of the
     local branch instead,
@@ -122,7 +125,8 @@ class GPSLayer(torch.nn.Module):
         if isinstance(self.local, GatedGCNLayer):
             h, edge_attr = self.local(x, edge_index, edge_attr)
         else:
-            h = x + F.dropout(self.local(x, edge_index, edge_attr), self.dropout, self.training)
+            args = (edge_attr,) if self.local_kind in EDGE_LOCAL_KINDS else ()
+            h = x + F.dropout(self.local(x, edge_index, *args), self.dropout, self.training)
         return self.norm_local(h), edge_attr
 
     def _ffn(self, x: Tensor) -> Tensor:
@@ -153,7 +157,7 @@ class GPSLayer(torch.nn.Module):
         -> (x', edge_attr')."""
         branches = []
         if self.local is not None:
-            if edge_attr is None:
+            if edge_attr is None and self.local_kind in EDGE_LOCAL_KINDS:
                 raise ValueError(
                     f"edge_attr [E, {self.channels}] is required by the local MPNN {self.local_kind!r}"
                 )

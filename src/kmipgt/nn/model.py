@@ -8,7 +8,7 @@ from torch import Tensor
 from torch_geometric.nn import global_add_pool, global_mean_pool
 
 from kmipgt.nn.encoders import EdgeEncoder, NodeEncoder
-from kmipgt.nn.gps_layer import GPSLayer
+from kmipgt.nn.gps_layer import EDGE_LOCAL_KINDS, GPSLayer
 
 TASKS = ("node", "graph", "edge")
 POOLINGS = ("mean", "sum")
@@ -83,7 +83,7 @@ class GraphTransformer(torch.nn.Module):
         num_layers: number of GPS layers.
         task: one of :data:`TASKS`.
         edge_channels: raw edge feature size (0: featureless edges).
-        local: local MPNN kind (``"gatedgcn"``, ``"gine"``, ``"none"``).
+        local: local MPNN kind (``"gatedgcn"``, ``"gine"``, ``"sage"``, ``"none"``).
         attention: global attention kind (``"kmip"``, ``"full"``, ``"performer"``, ``"none"``, ...).
         heads: attention heads.
         k: keys per query for k-MIP attention.
@@ -163,7 +163,7 @@ class GraphTransformer(torch.nn.Module):
                 f"attention_qk={attention_qk!r} needs coord_columns + num_frequencies"
                 + (", LapPE or RWSE" if attention_qk == "encoding" else "")
             )
-        self.edge_encoder = EdgeEncoder(edge_channels, channels) if local != "none" else None
+        self.edge_encoder = EdgeEncoder(edge_channels, channels) if local in EDGE_LOCAL_KINDS else None
         with_attention = _layers_with_attention(attention_layers, num_layers)
         self.layers = torch.nn.ModuleList(
             GPSLayer(
