@@ -327,7 +327,7 @@ def plot_summary(path: Path, summary: list[dict[str, Any]], group_keys: list[str
     errors = [0.0 if math.isnan(entry["test_std"]) else entry["test_std"] for entry in summary]
     fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(summary) + 1.5), 4))
     ax.bar(range(len(summary)), means, yerr=errors, capsize=4, color="tab:blue")
-    ax.set_xticks(range(len(summary)), labels, fontsize=8)
+    ax.set_xticks(range(len(summary)), labels, fontsize=8, rotation=30, ha="right")
     ax.set(ylabel=f"test {metric}", title=f"test {metric}: mean ± std over seeds")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
