@@ -387,7 +387,7 @@ def _analysis_explain(args: argparse.Namespace) -> int:
 def _analysis_probe(args: argparse.Namespace) -> int:
     from kmipgt.analysis import neighbourhood_probe
     from kmipgt.train.config import load_config
-    from kmipgt.train.datasets import prepare_data
+    from kmipgt.train.datasets import node_coords, prepare_data
 
     config = load_config(args.config, args.overrides)
     if config.task.level != "node":
@@ -397,16 +397,13 @@ def _analysis_probe(args: argparse.Namespace) -> int:
         )
         return 2
     graph = prepare_data(config).graph
-    coords = graph.get("pos")
-    if coords is None and len(config.model.coord_columns) >= 2:
-        coords = graph.x[:, config.model.coord_columns[:2]]
     rows = neighbourhood_probe(
         graph.x,
         graph.y,
         graph.edge_index,
         graph.train_mask,
         graph.test_mask,
-        coords,
+        node_coords(graph, config.model.coord_columns),
         hops=tuple(args.hops),
         spatial_k=tuple(args.spatial),
     )

@@ -63,6 +63,15 @@ def load_raw(config: Config):
     return LOADERS[name](**config.data.options)
 
 
+def node_coords(graph: Data, coord_columns: list[int] | tuple[int, ...]) -> torch.Tensor | None:
+    """``[N, 2]`` node positions: the dataset's ``pos``, else the first two ``coord_columns`` of the
+    (z-scored) features, else None."""
+    coords = graph.get("pos")
+    if coords is None and len(coord_columns) >= 2:
+        coords = graph.x[:, list(coord_columns[:2])]
+    return coords
+
+
 def _edge_features(graph: Data) -> torch.Tensor | None:
     """Edge features as ``[E, F]``: ``edge_attr`` if present, else log road length (lengths span decades)."""
     if getattr(graph, "edge_attr", None) is not None:

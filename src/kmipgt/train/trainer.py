@@ -28,7 +28,7 @@ from kmipgt.nn import GraphTransformer
 from kmipgt.nn.baselines import BASELINE_KINDS, KIND_ARGUMENTS, BaselineModel
 from kmipgt.train.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from kmipgt.train.config import Config, ModelConfig, config_to_dict, load_config
-from kmipgt.train.datasets import SPLITS, PreparedData, prepare_data
+from kmipgt.train.datasets import SPLITS, PreparedData, node_coords, prepare_data
 from kmipgt.train.metrics import compute_metric, higher_is_better
 from kmipgt.train.report import plot_curves, write_csv, write_json
 
@@ -573,8 +573,5 @@ def split_graph(trainer: Trainer, split: str, index: int = 0) -> SplitGraph:
             raise ValueError(f"graph {index} does not exist: split {split!r} has {len(graphs)} graphs")
         graph = graphs[index]
         nodes, labels, train_mask = torch.arange(graph.num_nodes), None, None
-    columns = trainer.config.model.coord_columns
-    coords = graph.get("pos")
-    if coords is None and len(columns) >= 2:
-        coords = graph.x[:, list(columns[:2])]
+    coords = node_coords(graph, trainer.config.model.coord_columns)
     return SplitGraph(graph, nodes, labels, train_mask, coords)
