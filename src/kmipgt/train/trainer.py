@@ -50,7 +50,8 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-# Model keys every kind reads, and those only GPS reads; a baseline's own keys come from KIND_ARGUMENTS.
+# Model keys every kind reads, and those only GPS reads (both named as the model classes' arguments); a
+# baseline's own keys come from KIND_ARGUMENTS.
 _SHARED_MODEL_KEYS = (
     "kind", "channels", "num_layers", "dropout", "pooling", "head_layers", "coord_columns", "num_frequencies"
 )
@@ -61,55 +62,27 @@ _GPS_MODEL_KEYS = (
 _CONFIG_KEY = {"options": "baseline_options"}  # BaselineModel argument -> ModelConfig key, where they differ
 
 
+def _shared_arguments(config: Config, data: PreparedData) -> dict[str, Any]:
+    """The model arguments every kind takes: sizes and task from the data, the shared model keys, PEs."""
+    return {
+        "in_channels": data.in_channels,
+        "out_channels": data.out_channels,
+        "task": data.level,
+        "lappe_dim": config.data.lappe_dim,
+        "rwse_dim": config.data.rwse_dim,
+        **{key: getattr(config.model, key) for key in _SHARED_MODEL_KEYS if key != "kind"},
+    }
+
+
 def _build_gps(config: Config, data: PreparedData) -> GraphTransformer:
-    m = config.model
-    return GraphTransformer(
-        in_channels=data.in_channels,
-        channels=m.channels,
-        out_channels=data.out_channels,
-        num_layers=m.num_layers,
-        task=data.level,
-        edge_channels=data.edge_channels,
-        local=m.local,
-        attention=m.attention,
-        heads=m.heads,
-        k=m.k,
-        head_dim=m.head_dim,
-        dropout=m.dropout,
-        attn_dropout=m.attn_dropout,
-        norm=m.norm,
-        activation=m.activation,
-        pooling=m.pooling,
-        head_layers=m.head_layers,
-        coord_columns=m.coord_columns,
-        num_frequencies=m.num_frequencies,
-        lappe_dim=config.data.lappe_dim,
-        rwse_dim=config.data.rwse_dim,
-        attention_options=m.attention_options,
-        attention_qk=m.attention_qk,
-        attention_gate=m.attention_gate,
-        attention_layers=m.attention_layers,
-    )
+    own = {key: getattr(config.model, key) for key in _GPS_MODEL_KEYS}
+    return GraphTransformer(**_shared_arguments(config, data), edge_channels=data.edge_channels, **own)
 
 
 def _build_baseline(config: Config, data: PreparedData) -> BaselineModel:
     m = config.model
-    return BaselineModel(
-        m.kind,
-        in_channels=data.in_channels,
-        channels=m.channels,
-        out_channels=data.out_channels,
-        num_layers=m.num_layers,
-        task=data.level,
-        dropout=m.dropout,
-        pooling=m.pooling,
-        head_layers=m.head_layers,
-        coord_columns=m.coord_columns,
-        num_frequencies=m.num_frequencies,
-        lappe_dim=config.data.lappe_dim,
-        rwse_dim=config.data.rwse_dim,
-        **{name: getattr(m, _CONFIG_KEY.get(name, name)) for name in KIND_ARGUMENTS[m.kind]},
-    )
+    own = {name: getattr(m, _CONFIG_KEY.get(name, name)) for name in KIND_ARGUMENTS[m.kind]}
+    return BaselineModel(m.kind, **_shared_arguments(config, data), **own)
 
 
 # config ``model.kind`` -> builder of the model sized for the data
