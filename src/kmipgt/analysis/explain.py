@@ -121,7 +121,7 @@ def sample_queries(split_nodes: Tensor, count: int, seed: int = 0) -> Tensor:
         raise ValueError(f"the number of sampled queries must be >= 1, got {count}")
     rng = np.random.default_rng(seed)
     picked = rng.choice(split_nodes.numel(), size=min(count, split_nodes.numel()), replace=False)
-    return split_nodes[torch.from_numpy(np.sort(picked))].sort().values
+    return split_nodes[torch.from_numpy(picked)].sort().values
 
 
 def _rows(selection: AttentionSelection, rows: Tensor) -> AttentionSelection:

@@ -103,10 +103,11 @@ class _MultiHeadProjections(torch.nn.Module):
             raise ValueError(f"x must have shape [N, {self.channels}], got {list(x.shape)}")
         if batch is not None and batch.shape != (x.size(0),):
             raise ValueError(f"batch must have shape [{x.size(0)}], got {list(batch.shape)}")
+        # Without qk_x the queries and keys come from x, which fits only when qk_channels == channels.
         qk_shape = (x.size(0), self.qk_channels)
-        got = None if qk_x is None else tuple(qk_x.shape)
-        if got != qk_shape and (qk_x is not None or self.qk_channels != self.channels):
-            raise ValueError(f"qk_x must have shape {list(qk_shape)}, got {got}")
+        got = tuple((x if qk_x is None else qk_x).shape)
+        if got != qk_shape:
+            raise ValueError(f"qk_x must have shape {list(qk_shape)}, got {None if qk_x is None else got}")
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.channels}, heads={self.heads}, head_dim={self.head_dim})"

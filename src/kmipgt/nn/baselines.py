@@ -9,7 +9,7 @@ from torch import Tensor
 from torch_geometric.nn.models import GAT, GCN, MLP, GraphSAGE, Polynormer, SGFormer
 
 from kmipgt.nn.encoders import NodeEncoder
-from kmipgt.nn.model import POOLINGS, TASKS, MLPHead, readout
+from kmipgt.nn.model import MLPHead, check_task, readout
 
 BASELINE_KINDS = ("mlp", "gcn", "sage", "gat", "sgformer", "polynormer")
 _BASIC_GNNS = {"gcn": GCN, "sage": GraphSAGE, "gat": GAT}
@@ -164,10 +164,7 @@ class BaselineModel(torch.nn.Module):
         super().__init__()
         if kind not in BASELINE_KINDS:
             raise ValueError(f"baseline kind must be one of {BASELINE_KINDS}, got {kind!r}")
-        if task not in TASKS:
-            raise ValueError(f"task must be one of {TASKS}, got {task!r}")
-        if pooling not in POOLINGS:
-            raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+        check_task(task, pooling)
         if num_layers < 1:
             raise ValueError(f"num_layers must be >= 1 for the {kind!r} baseline, got {num_layers}")
         if task == "graph" and kind in _ONE_GRAPH_KINDS:

@@ -85,7 +85,7 @@ class NodeEncoder(torch.nn.Module):
         )
         self.lin_lappe = torch.nn.Linear(lappe_dim, channels) if lappe_dim > 0 else None
         self.lin_rwse = torch.nn.Linear(rwse_dim, channels) if rwse_dim > 0 else None
-        self.position_channels = 2 * len(self.coord_columns) * num_frequencies * (self.fourier is not None)
+        self.position_channels = 2 * len(self.coord_columns) * num_frequencies
         self.encoding_channels = self.position_channels + lappe_dim + rwse_dim
 
     def reset_parameters(self) -> None:

@@ -23,6 +23,14 @@ def _layers_with_attention(indices: list[int] | tuple[int, ...] | None, num_laye
     return {i % num_layers for i in indices}
 
 
+def check_task(task: str, pooling: str) -> None:
+    """ValueError unless ``task`` is one of :data:`TASKS` and ``pooling`` one of :data:`POOLINGS`."""
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+    if pooling not in POOLINGS:
+        raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+
+
 def readout(
     h: Tensor,
     task: str,
@@ -139,10 +147,7 @@ class GraphTransformer(torch.nn.Module):
         attention_layers: list[int] | tuple[int, ...] | None = None,
     ):
         super().__init__()
-        if task not in TASKS:
-            raise ValueError(f"task must be one of {TASKS}, got {task!r}")
-        if pooling not in POOLINGS:
-            raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+        check_task(task, pooling)
         if num_layers < 0:
             raise ValueError(f"num_layers must be >= 0, got {num_layers}")
         if attention_qk not in ATTENTION_QK:
@@ -215,8 +220,7 @@ class GraphTransformer(torch.nn.Module):
         if self.attention_qk != "hidden":
             qk = self.node_encoder.encodings(x, lappe, rwse, structural=self.attention_qk == "encoding")
         for layer in self.layers:
-            layer_qk = qk if layer.attention is not None else None
-            h, e = layer(h, edge_index, batch=batch, edge_attr=e, qk_x=layer_qk)
+            h, e = layer(h, edge_index, batch=batch, edge_attr=e, qk_x=qk)
         return h
 
     def forward(
