@@ -101,6 +101,8 @@ class Config:
     """A whole run: data, task, model, optimiser, seed, device, CPU threads and output directory.
 
     ``threads`` sets torch's intra-op CPU threads (``None``: torch's default, one per core).
+    ``log_branches``: log each GPS layer's branch output scale and gradient norm per epoch
+    (:mod:`kmipgt.train.branches`).
     """
 
     data: DataConfig = field(default_factory=DataConfig)
@@ -110,6 +112,7 @@ class Config:
     seed: int = 0
     device: str = "auto"
     threads: int | None = None
+    log_branches: bool = False
     out_dir: str = "runs/default"
 
 

@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from kmipgt.nn import GraphTransformer
 from kmipgt.nn.baselines import BASELINE_KINDS, KIND_ARGUMENTS, BaselineModel
+from kmipgt.train.branches import BranchMonitor, plot_branches
 from kmipgt.train.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from kmipgt.train.config import Config, ModelConfig, config_to_dict, load_config
 from kmipgt.train.datasets import SPLITS, PreparedData, node_coords, prepare_data
@@ -206,7 +207,8 @@ class Trainer:
     """Trains ``config``'s model on its dataset, writing checkpoints and logs to ``config.out_dir``.
 
     Run directory: ``config.yaml``, ``last.pt`` (every epoch, for ``resume``), ``best.pt`` (best
-    validation metric), ``log.csv``, ``curves.png``, ``metrics.json`` and, on request, ``tokens.pt``.
+    validation metric), ``log.csv``, ``curves.png``, ``metrics.json`` and, on request, ``tokens.pt`` and
+    ``branches.png``.
     """
 
     def __init__(self, config: Config, data: PreparedData | None = None):
@@ -229,6 +231,7 @@ class Trainer:
             self.optimizer,
             warmup_cosine(opt.warmup_epochs * self.steps_per_epoch, opt.epochs * self.steps_per_epoch),
         )
+        self.branches = BranchMonitor(self.model) if config.log_branches else None
         self.state = _State()
         self.higher_is_better = higher_is_better(config.task.metric)
 
@@ -271,6 +274,8 @@ class Trainer:
             loss = compute_loss(loss_name, output, target)
             self.optimizer.zero_grad()
             loss.backward()
+            if self.branches is not None:
+                self.branches.record_gradients()
             if clip > 0:
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
             self.optimizer.step()
@@ -365,6 +370,8 @@ class Trainer:
                 "val": None,
                 "test": None,
             }
+            if self.branches is not None:
+                row.update(self.branches.epoch_row())
             if (epoch + 1) % opt.eval_every == 0 or epoch + 1 == opt.epochs:
                 with out_of_memory_hint(self.config):
                     scores = self.evaluate(("val", "test"))
@@ -380,6 +387,8 @@ class Trainer:
             write_csv(self.run_dir / "log.csv", self.state.history)
         bar.close()
         plot_curves(self.run_dir / "curves.png", self.state.history, self.config.task.metric)
+        if self.branches is not None:
+            plot_branches(self.run_dir / "branches.png", self.state.history)
         if self.state.epoch < opt.epochs:
             return {"epochs_done": self.state.epoch, "complete": False}
         return self.finish()
