@@ -154,3 +154,44 @@ def test_graph_transformer_argument_errors():
     model = GraphTransformer(3, 16, 2, task="edge", k=2)
     with pytest.raises(ValueError, match="edge_label_index"):
         model(torch.randn(4, 3), torch.tensor([[0, 1], [1, 2]]))
+
+
+@pytest.mark.parametrize("attention", ["kmip", "full", "performer"])
+def test_activation_checkpointing_equals_plain_run(attention):
+    graph = _random_graph(40)
+    graph.x[:, :2] = torch.rand(40, 2)  # coordinates for the position-keyed queries and keys
+    losses, grads = [], []
+    for checkpoint in (False, True):
+        torch.manual_seed(0)
+        model = GraphTransformer(
+            6, 16, 3, num_layers=3, edge_channels=3, attention=attention, k=5, dropout=0.3,
+            attn_dropout=0.2, coord_columns=[0, 1], num_frequencies=3, attention_qk="position",
+            checkpoint=checkpoint,
+        ).train()
+        torch.manual_seed(1)  # the same dropout masks in both runs
+        loss = model(graph.x, graph.edge_index, edge_attr=graph.edge_attr).square().mean()
+        loss.backward()
+        losses.append(loss.detach())
+        grads.append({name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None})
+    torch.testing.assert_close(losses[1], losses[0])
+    assert grads[0].keys() == grads[1].keys() and len(grads[0]) > 10
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], msg=name)
+
+
+def test_activation_checkpointing_saves_fewer_activations():
+    graph = _random_graph(200)
+    saved = []
+    for checkpoint in (False, True):
+        torch.manual_seed(0)
+        model = GraphTransformer(6, 32, 3, num_layers=4, edge_channels=3, k=8, checkpoint=checkpoint).train()
+        numel = []
+
+        def pack(tensor, numel=numel):
+            numel.append(tensor.numel())
+            return tensor
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            model(graph.x, graph.edge_index, edge_attr=graph.edge_attr)
+        saved.append(sum(numel))
+    assert saved[1] < saved[0] / 3

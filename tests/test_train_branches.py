@@ -89,3 +89,16 @@ def test_branches_off_by_default(tmp_path):
     assert trainer.branches is None and not (tmp_path / "branches.png").exists()
     with open(tmp_path / "log.csv") as f:
         assert not any(key.startswith("L0_") for key in next(csv.DictReader(f)))
+
+
+def test_checkpointing_does_not_count_the_recomputed_forward(tmp_path):
+    rows = []
+    for checkpoint in (False, True):
+        config = _config(tmp_path / str(checkpoint))
+        config.model.checkpoint = checkpoint
+        trainer = Trainer(config, _node_data())
+        trainer._train_epoch()
+        rows.append(trainer.branches.epoch_row())
+    assert rows[0].keys() == rows[1].keys()
+    for key in rows[0]:
+        assert rows[1][key] == pytest.approx(rows[0][key], rel=1e-4), key

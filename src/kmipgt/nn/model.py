@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch import Tensor
 from torch_geometric.nn import global_add_pool, global_mean_pool
 
@@ -116,6 +117,10 @@ class GraphTransformer(torch.nn.Module):
             (see :class:`~kmipgt.nn.gps_layer.GPSLayer`).
         attention_layers: indices of the layers that have global attention (default: all); negative
             indices count from the last layer.
+        checkpoint: activation checkpointing per GPS layer in training (non-reentrant
+            ``torch.utils.checkpoint``): only each layer's inputs are kept for backward and the layer is
+            recomputed there, trading one more forward pass for the layer's activations. Dropout masks and
+            the k-MIP selection are recomputed identically, so loss and gradients equal the plain run.
     """
 
     def __init__(
@@ -145,6 +150,7 @@ class GraphTransformer(torch.nn.Module):
         attention_qk: str = "hidden",
         attention_gate: bool = False,
         attention_layers: list[int] | tuple[int, ...] | None = None,
+        checkpoint: bool = False,
     ):
         super().__init__()
         check_task(task, pooling)
@@ -155,6 +161,7 @@ class GraphTransformer(torch.nn.Module):
         self.task = task
         self.pooling = pooling
         self.attention_qk = attention_qk
+        self.checkpoint = checkpoint
         self.node_encoder = NodeEncoder(
             in_channels, channels, coord_columns, num_frequencies, lappe_dim, rwse_dim
         )
@@ -219,8 +226,14 @@ class GraphTransformer(torch.nn.Module):
         qk = None
         if self.attention_qk != "hidden":
             qk = self.node_encoder.encodings(x, lappe, rwse, structural=self.attention_qk == "encoding")
+        recompute = self.checkpoint and self.training and torch.is_grad_enabled()
         for layer in self.layers:
-            h, e = layer(h, edge_index, batch=batch, edge_attr=e, qk_x=qk)
+            if recompute:
+                h, e = torch.utils.checkpoint.checkpoint(
+                    layer, h, edge_index, batch=batch, edge_attr=e, qk_x=qk, use_reentrant=False
+                )
+            else:
+                h, e = layer(h, edge_index, batch=batch, edge_attr=e, qk_x=qk)
         return h
 
     def forward(

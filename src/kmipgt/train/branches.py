@@ -60,6 +60,8 @@ class BranchMonitor:
 
     def _output_hook(self, index: int, branch: str):
         def hook(module, args, output):
+            # Activation checkpointing reruns this forward during backward, with the same dropout masks:
+            # the repeat adds the same value again and leaves the mean unchanged.
             if not module.training:
                 return
             if isinstance(module, GatedGCNLayer):

@@ -56,7 +56,8 @@ class ModelConfig:
     ``channels``, ``num_layers``, ``dropout``, encoder and head keys mean the same for every kind; ``local``,
     ``attention``, ``heads``, ``k``, ``head_dim``, ``attn_dropout``, ``attention_options`` and the
     ``attention_qk`` / ``attention_gate`` / ``attention_layers`` options (what queries and keys see, a
-    zero-initialised gate on the attention branch, which layers have attention) are GPS-only;
+    zero-initialised gate on the attention branch, which layers have attention) and ``checkpoint``
+    (activation checkpointing per layer, to train larger graphs in less memory) are GPS-only;
     ``residual`` and ``baseline_options`` (keyword arguments of the PyG model) are for baselines.
     """
 
@@ -80,6 +81,7 @@ class ModelConfig:
     attention_qk: str = "hidden"
     attention_gate: bool = False
     attention_layers: list[int] | None = None
+    checkpoint: bool = False
     residual: bool = False
     baseline_options: dict[str, Any] = field(default_factory=dict)
 
