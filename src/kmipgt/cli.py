@@ -5,9 +5,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import traceback
 from pathlib import Path
 
 from kmipgt.malloc import retain_freed_memory
+
+# Exit status of a bad command line, option, config or input file; anything else that fails exits 1.
+USAGE_ERROR = 2
+INPUT_ERRORS = (ValueError, TypeError, FileNotFoundError, ImportError)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with the one-line ``kmipgt: error: ...`` of every other CLI error (exit 2)."""
+
+    def error(self, message: str):
+        self.exit(USAGE_ERROR, f"kmipgt: error: {message} (see {self.prog} --help)\n")
 
 
 def _config_from_args(config_class, args: argparse.Namespace, **values):
@@ -19,7 +31,28 @@ def _config_from_args(config_class, args: argparse.Namespace, **values):
 
 
 def _csv(kind):
-    return lambda text: [kind(item) for item in text.split(",") if item]
+    """argparse type of a non-empty comma-separated list of ``kind`` values (``--n ,,,`` is an error)."""
+
+    def parse(text: str) -> list:
+        items = [item.strip() for item in text.split(",") if item.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {kind.__name__} values, got {text!r}")
+        try:
+            return [kind(item) for item in items]
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(f"expected {kind.__name__} values, got {text!r}") from error
+
+    return parse
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from error
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
 
 
 def _bench_attention(args: argparse.Namespace) -> int:
@@ -201,6 +234,7 @@ def _train(args: argparse.Namespace) -> int:
         stop_after=args.stop_after,
         save_tokens=args.save_tokens,
         progress=not args.no_progress,
+        overwrite=args.overwrite,
     )
     print(json.dumps(metrics, indent=2))
     if metrics.get("complete"):
@@ -233,10 +267,14 @@ def _add_train_eval(commands: argparse._SubParsersAction) -> None:
     train = commands.add_parser("train", help="train a graph transformer from a YAML config")
     train.add_argument("--config", type=Path, default=None, help="YAML config (default: built-in defaults)")
     _add_overrides(train, "model.k=32")
-    train.add_argument("--resume", action="store_true", help="continue from out_dir/last.pt")
+    again = train.add_mutually_exclusive_group()
+    again.add_argument("--resume", action="store_true", help="continue from out_dir/last.pt")
+    again.add_argument(
+        "--overwrite", action="store_true", help="replace the run already in out_dir (its files are deleted)"
+    )
     train.add_argument(
         "--stop-after",
-        type=int,
+        type=_positive_int,
         default=None,
         metavar="EPOCH",
         help="stop after this epoch (continue later with --resume)",
@@ -450,7 +488,8 @@ def _add_analysis(commands: argparse._SubParsersAction) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kmipgt", description=__doc__)
+    parser = _Parser(prog="kmipgt", description=__doc__)
+    parser.add_argument("--debug", action="store_true", help="print the traceback of an error")
     commands = parser.add_subparsers(dest="command", required=True)
     bench = commands.add_parser("bench", help="benchmarks (JSON + PNG)").add_subparsers(
         dest="benchmark", required=True
@@ -466,6 +505,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command; an error prints ``kmipgt: error: <one line>`` and returns 2 (input) or 1 (runtime)."""
     args = build_parser().parse_args(argv)
     retain_freed_memory()
-    return args.handler(args)
+    try:
+        return args.handler(args)
+    except Exception as error:
+        if args.debug:
+            traceback.print_exc()
+        lines = str(error).strip().splitlines() or [type(error).__name__]
+        print(f"kmipgt: error: {lines[0]}", file=sys.stderr)
+        return USAGE_ERROR if isinstance(error, INPUT_ERRORS) else 1

@@ -19,6 +19,7 @@ from tqdm import tqdm
 from kmipgt.bench.isolation import run_isolated, time_calls
 from kmipgt.bench.plotting import plot_scaling
 from kmipgt.ops import full_attention, kmip_attention
+from kmipgt.ops.topk import SEARCH_BACKENDS
 
 __all__ = ["METHODS", "PASSES", "AttentionBenchConfig", "geometric_grid", "run_attention_benchmark"]
 
@@ -59,6 +60,18 @@ class AttentionBenchConfig:
         self.n_values = sorted(self.n_values)
         if self.repeats < 1 or self.warmup < 0:
             raise ValueError("`repeats` must be >= 1 and `warmup` >= 0")
+        unknown = set(self.backends) - set(SEARCH_BACKENDS)
+        if unknown:
+            raise ValueError(f"`backends` must be among {SEARCH_BACKENDS}, got {sorted(unknown)}")
+        check_positive(self, ("graphs", "heads", "dim", "dim_v", "k", "time_budget", "memory_budget_gb"))
+
+
+def check_positive(config: object, names: tuple[str, ...]) -> None:
+    """ValueError naming the first of ``config``'s fields ``names`` that is not > 0."""
+    for name in names:
+        value = getattr(config, name)
+        if value is not None and not value > 0:
+            raise ValueError(f"`{name}` must be > 0, got {value}")
 
 
 def geometric_grid(n_min: int, n_max: int, factor: float = 2.0) -> list[int]:

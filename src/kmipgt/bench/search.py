@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from kmipgt.bench.attention import machine_info
+from kmipgt.bench.attention import check_positive, machine_info
 from kmipgt.bench.isolation import run_isolated, time_calls
 from kmipgt.bench.plotting import plot_scaling
 from kmipgt.ops import topk_inner_product
@@ -78,6 +78,7 @@ class SearchBenchConfig:
             raise ValueError(f"`threads` must be positive or None (torch's default), got {self.threads}")
         if self.repeats < 1 or self.warmup < 0 or self.recall_queries < 1:
             raise ValueError("`repeats` and `recall_queries` must be >= 1 and `warmup` >= 0")
+        check_positive(self, ("heads", "dim", "k", "nlist", "nprobe", "time_budget", "memory_budget_gb"))
         if self.tokens is not None and not Path(self.tokens).is_file():
             raise ValueError(
                 f"`tokens` must be a file written by `kmipgt train --save-tokens`, got {self.tokens}"

@@ -9,7 +9,7 @@ from torch import Tensor
 from torch_geometric.nn.models import GAT, GCN, MLP, GraphSAGE, Polynormer, SGFormer
 
 from kmipgt.nn.encoders import NodeEncoder
-from kmipgt.nn.model import MLPHead, check_task, readout
+from kmipgt.nn.model import MLPHead, check_node_pairs, check_task, readout
 
 BASELINE_KINDS = ("mlp", "gcn", "sage", "gat", "sgformer", "polynormer")
 _BASIC_GNNS = {"gcn": GCN, "sage": GraphSAGE, "gat": GAT}
@@ -206,6 +206,7 @@ class BaselineModel(torch.nn.Module):
         rwse: Tensor | None = None,
     ) -> Tensor:
         """Node embeddings ``[N, channels]`` after the PyG model."""
+        check_node_pairs("edge_index", edge_index, x.shape[0])
         h = self.node_encoder(x, lappe=lappe, rwse=rwse)
         if self.kind == "mlp":
             return self.body(h, batch=batch)

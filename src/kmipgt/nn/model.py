@@ -32,6 +32,26 @@ def check_task(task: str, pooling: str) -> None:
         raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
 
 
+def check_node_pairs(name: str, pairs: Tensor, num_nodes: int) -> None:
+    """ValueError unless ``pairs`` is a ``[2, E]`` integer tensor of node ids in ``[0, num_nodes)``.
+
+    Indexing would wrap a negative id around to the last nodes silently, and an id ``>= N`` fails deep
+    inside a scatter with a message that names neither the tensor nor the node count.
+    """
+    if not isinstance(pairs, Tensor) or pairs.dim() != 2 or pairs.shape[0] != 2:
+        shape = tuple(pairs.shape) if isinstance(pairs, Tensor) else type(pairs).__name__
+        raise ValueError(f"{name} must be a [2, E] tensor of node ids, got {shape}")
+    if pairs.dtype.is_floating_point or pairs.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer node ids, got dtype {pairs.dtype}")
+    if pairs.numel() == 0:
+        return
+    low, high = (int(v) for v in torch.aminmax(pairs))
+    if low < 0 or high >= num_nodes:
+        raise ValueError(
+            f"{name} must hold node ids in [0, {num_nodes}) for {num_nodes} nodes, got ids in [{low}, {high}]"
+        )
+
+
 def readout(
     h: Tensor,
     task: str,
@@ -50,6 +70,7 @@ def readout(
     if task == "edge":
         if edge_label_index is None:
             raise ValueError("edge_label_index [2, E'] is required for task='edge'")
+        check_node_pairs("edge_label_index", edge_label_index, h.shape[0])
         return h[edge_label_index[0]] * h[edge_label_index[1]]
     return h
 
@@ -221,6 +242,7 @@ class GraphTransformer(torch.nn.Module):
         rwse: Tensor | None = None,
     ) -> Tensor:
         """Node embeddings ``[N, channels]`` after the last GPS layer."""
+        check_node_pairs("edge_index", edge_index, x.shape[0])
         h = self.node_encoder(x, lappe=lappe, rwse=rwse)
         e = self.edge_encoder(edge_attr, edge_index.size(1)) if self.edge_encoder is not None else None
         qk = None

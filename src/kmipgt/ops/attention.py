@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from kmipgt.ops.ragged import graph_blocks, graph_ptr, node_graph_bounds
-from kmipgt.ops.topk import MIN_BLOCK_NODES, Backend, check_query_key, topk_inner_product
+from kmipgt.ops.topk import MIN_BLOCK_NODES, Backend, check_query_key, require_finite, topk_inner_product
 
 __all__ = ["AttentionSelection", "full_attention", "full_attention_topk", "kmip_attention"]
 
@@ -69,13 +69,18 @@ def _chunk_rows(index: Tensor, width: int) -> int:
 
 
 def _gathered_dot(a: Tensor, b: Tensor, index: Tensor) -> Tensor:
-    """``out[n, h, j] = a[n, h] · b[index[n, h, j], h]``; a, b ``[N, H, d]``, index ``[N, H, k]``."""
+    """``out[n, h, j] = a[n, h] · b[index[n, h, j], h]``; a, b ``[N, H, d]``, index ``[N, H, k]``.
+
+    Computed and returned in :func:`_accumulate_dtype`: a float16 product overflows at 65,504.
+    """
     heads = torch.arange(index.shape[1], device=index.device)[None, :, None]
-    out = a.new_empty(index.shape)
+    accumulate = _accumulate_dtype(a)
+    out = a.new_empty(index.shape, dtype=accumulate)
     step = _chunk_rows(index, b.shape[-1])
     for r0 in range(0, index.shape[0], step):
         rows = slice(r0, r0 + step)
-        out[rows] = torch.matmul(b[index[rows], heads], a[rows, :, :, None])[..., 0]
+        gathered = b[index[rows], heads].to(accumulate)
+        out[rows] = torch.matmul(gathered, a[rows, :, :, None].to(accumulate))[..., 0]
     return out
 
 
@@ -121,7 +126,7 @@ class _SelectedSoftmaxAttention(torch.autograd.Function):
         valid = index >= 0
         safe = index.clamp(min=0)
         # Half-precision inputs get a float32 softmax; float64 stays float64.
-        logits = _gathered_dot(query, key, safe).to(_accumulate_dtype(query)) * scale
+        logits = _gathered_dot(query, key, safe) * scale
         logits.masked_fill_(~valid, float("-inf"))
         weights = torch.softmax(logits, dim=-1)
         keep = None
@@ -141,7 +146,7 @@ class _SelectedSoftmaxAttention(torch.autograd.Function):
             return None, None, None, None, None, None
         query, key, value, safe, weights, keep = ctx.saved_tensors
         dropped = weights if keep is None else weights * keep / (1.0 - ctx.dropout_p)
-        grad_dropped = _gathered_dot(grad_out, value, safe).to(weights.dtype)
+        grad_dropped = _gathered_dot(grad_out, value, safe)
         grad_weights = grad_dropped if keep is None else grad_dropped * keep / (1.0 - ctx.dropout_p)
         grad_logits = weights * (grad_weights - (weights * grad_weights).sum(-1, keepdim=True)) * ctx.scale
         grad_logits = grad_logits.to(query.dtype)
@@ -167,6 +172,7 @@ def kmip_attention(
     backend: Backend = "auto",
     nlist: int | None = None,
     nprobe: int | None = None,
+    check_finite: bool = True,
     return_selection: Literal[False] = False,
 ) -> Tensor: ...
 
@@ -185,6 +191,7 @@ def kmip_attention(
     backend: Backend = "auto",
     nlist: int | None = None,
     nprobe: int | None = None,
+    check_finite: bool = True,
     return_selection: Literal[True],
 ) -> tuple[Tensor, AttentionSelection]: ...
 
@@ -202,6 +209,7 @@ def kmip_attention(
     backend: Backend = "auto",
     nlist: int | None = None,
     nprobe: int | None = None,
+    check_finite: bool = True,
     return_selection: bool = False,
 ) -> Tensor | tuple[Tensor, AttentionSelection]:
     r"""k-MIP attention: each query attends to the k keys of its graph with largest inner product.
@@ -223,6 +231,9 @@ def kmip_attention(
         backend: key-search backend of :func:`kmipgt.ops.topk_inner_product` (approximate with
             ``"ivf"``/``"faiss"``: the selection may miss some of the true top-k; gradients as for exact).
         nlist, nprobe: inverted-file options of the approximate backends.
+        check_finite: raise ValueError naming the tensor and its first bad row when query, key or value
+            holds a NaN or inf (default; one reduction per tensor). With False, non-finite inputs give
+            unspecified results that differ between backends.
         return_selection: also return the :class:`AttentionSelection` this call used: the searched key
             indices and scores and the softmax weights (before dropout), each ``[N, H, k']`` with
             ``k' = min(k, largest graph)``. Costs nothing extra; off by default.
@@ -234,6 +245,8 @@ def kmip_attention(
     _check_value(query, value)
     _check_scale_dropout(scale, dropout_p)
     ptr = graph_ptr(query.shape[0], ptr=ptr, batch=batch)
+    if check_finite:
+        require_finite(query=query, key=key, value=value)
     if query.shape[0] == 0:
         out = value.new_zeros(value.shape)
         return (out, _empty_selection(query)) if return_selection else out
@@ -241,7 +254,14 @@ def kmip_attention(
     k = min(k, int((ptr[1:] - ptr[:-1]).max()))
     with torch.no_grad():
         scores, index = topk_inner_product(
-            query.detach(), key.detach(), k, ptr=ptr, backend=backend, nlist=nlist, nprobe=nprobe
+            query.detach(),
+            key.detach(),
+            k,
+            ptr=ptr,
+            backend=backend,
+            nlist=nlist,
+            nprobe=nprobe,
+            check_finite=False,
         )
     scale = query.shape[-1] ** -0.5 if scale is None else float(scale)
     out, weights = _SelectedSoftmaxAttention.apply(query, key, value, index, scale, float(dropout_p))
@@ -262,6 +282,7 @@ def full_attention(
     batch: Tensor | None = None,
     scale: float | None = None,
     dropout_p: float = 0.0,
+    check_finite: bool = True,
 ) -> Tensor:
     r"""Full softmax attention within each graph, through ``scaled_dot_product_attention``.
 
@@ -271,31 +292,66 @@ def full_attention(
         query: ``[N, H, d]``. key: ``[N, H, d]``. value: ``[N, H, d_v]``.
         ptr / batch: the ragged graphs, as in :func:`kmip_attention`.
         scale: logit scale, default ``1/sqrt(d)``. dropout_p: attention dropout.
+        check_finite: raise ValueError on a NaN or inf in query, key or value, as in
+            :func:`kmip_attention`.
 
     Returns:
-        ``[N, H, d_v]``. Small graphs are processed together under a block-diagonal mask; a large
-        graph runs unmasked, so SDPA can use its memory-efficient kernels.
+        ``[N, H, d_v]``. Small graphs are processed together, zero-padded to the largest of their
+        block and batched (so a non-finite value in one graph never reaches another); a large graph
+        runs alone and unmasked, so SDPA can use its memory-efficient kernels.
     """
     check_query_key(query, key, 1)
     _check_value(query, value)
     _check_scale_dropout(scale, dropout_p)
     ptr = graph_ptr(query.shape[0], ptr=ptr, batch=batch)
+    if check_finite:
+        require_finite(query=query, key=key, value=value)
     if query.shape[0] == 0:
         return value.new_zeros(value.shape)
-    lo, hi = node_graph_bounds(ptr, query.device)
     outputs = []
     for block in graph_blocks(ptr, MIN_BLOCK_NODES):
         rows = slice(block.start, block.end)
-        mask = None
         if block.multi:
-            keys = torch.arange(block.start, block.end, device=query.device)
-            mask = (keys >= lo[rows, None]) & (keys < hi[rows, None])
+            outputs.append(
+                _padded_graphs_sdpa(query[rows], key[rows], value[rows], ptr, block.start, scale, dropout_p)
+            )
+            continue
         # SDPA's fused (flash) CPU kernel needs 4-D [batch, H, n, d] inputs; with 3-D ones it falls back to
         # the math path and materialises the n×n scores (measured: 2.3 GB vs 6 MB at n = 16,384).
         q, k, v = (t[rows].transpose(0, 1).unsqueeze(0) for t in (query, key, value))
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale)
         outputs.append(out[0].transpose(0, 1))
     return torch.cat(outputs)
+
+
+def _padded_graphs_sdpa(
+    query: Tensor, key: Tensor, value: Tensor, ptr: Tensor, start: int, scale: float | None, dropout_p: float
+) -> Tensor:
+    """SDPA over the graphs of one block (rows from ``start``), each its own batch entry padded with zeros.
+
+    A block-diagonal mask over the whole block would multiply a NaN value of one graph by the zero
+    weights of every other graph's queries (0·NaN = NaN). Padding also costs ``G·n_max²`` scores instead
+    of ``(Σ n_g)²``.
+    """
+    num_rows = query.shape[0]
+    bounds = ptr[(ptr >= start) & (ptr <= start + num_rows)] - start
+    sizes = bounds[1:] - bounds[:-1]
+    starts, sizes = bounds[:-1][sizes > 0], sizes[sizes > 0]
+    graph = torch.repeat_interleave(torch.arange(sizes.numel()), sizes).to(query.device)
+    position = torch.arange(num_rows, device=query.device) - starts.to(query.device)[graph]
+    width = int(sizes.max())
+
+    def padded(tensor: Tensor) -> Tensor:
+        out = tensor.new_zeros(sizes.numel(), width, *tensor.shape[1:])
+        out[graph, position] = tensor
+        return out.transpose(1, 2)  # [G, H, n_max, d]
+
+    # Padding keys are masked; padding queries see their graph's keys (never none) and are dropped.
+    mask = (torch.arange(width) < sizes[:, None]).to(query.device)[:, None, None, :]
+    out = F.scaled_dot_product_attention(
+        padded(query), padded(key), padded(value), attn_mask=mask, dropout_p=dropout_p, scale=scale
+    )
+    return out.transpose(1, 2)[graph, position]
 
 
 def full_attention_topk(
@@ -306,6 +362,7 @@ def full_attention_topk(
     ptr: Tensor | None = None,
     batch: Tensor | None = None,
     scale: float | None = None,
+    check_finite: bool = True,
 ) -> AttentionSelection:
     r"""The k largest weights of full softmax attention per query and head, and the mass they carry.
 
@@ -319,6 +376,7 @@ def full_attention_topk(
         k: weights kept per query (``>= 1``).
         ptr / batch: the ragged graphs, as in :func:`kmip_attention`.
         scale: logit scale, default ``1/sqrt(d)``.
+        check_finite: raise ValueError on a NaN or inf in query or key, as in :func:`kmip_attention`.
 
     Returns:
         :class:`AttentionSelection` with ``weight`` renormalised over the k kept keys (sums to 1) and
@@ -327,14 +385,17 @@ def full_attention_topk(
     check_query_key(query, key, k)
     _check_scale_dropout(scale, 0.0)
     ptr = graph_ptr(query.shape[0], ptr=ptr, batch=batch)
+    if check_finite:
+        require_finite(query=query, key=key)
     if query.shape[0] == 0:
         selection = _empty_selection(query)
         return selection._replace(mass=query.new_empty(0, query.shape[1]))
     k = min(k, int((ptr[1:] - ptr[:-1]).max()))
     scale = query.shape[-1] ** -0.5 if scale is None else float(scale)
     with torch.no_grad():
-        scores, index = topk_inner_product(query, key, k, ptr=ptr)
-        logits = scores.to(_accumulate_dtype(query)) * scale
+        scores, index = topk_inner_product(query, key, k, ptr=ptr, check_finite=False)
+        # Recomputed in float32 for half inputs: their returned scores saturate beyond the half range.
+        logits = _gathered_dot(query, key, index.clamp(min=0)).masked_fill(index < 0, float("-inf")) * scale
         full = torch.exp(logits - _blockwise_logsumexp(query, key, ptr, scale)[..., None])
         mass = full.sum(-1)
     return AttentionSelection(index, scores, torch.softmax(logits, dim=-1), mass)

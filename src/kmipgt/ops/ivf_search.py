@@ -220,7 +220,9 @@ def _ivf_one(query: Tensor, key: Tensor, k: int, nlist: int, nprobe: int, seed: 
             )
         scores, index = found
         return scores[:, 0].to(query.dtype), index[:, 0]
-    return _probe_topk_torch(query, sorted_keys, k, key_order, key_ptr, probes)
+    # Half types are scored in float32, as by the exact backends.
+    scores, index = _probe_topk_torch(work, sorted_keys.to(work.dtype), k, key_order, key_ptr, probes)
+    return scores.to(query.dtype), index
 
 
 def topk_ivf(

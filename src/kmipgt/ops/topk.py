@@ -9,7 +9,7 @@ from torch import Tensor
 
 from kmipgt.ops.ragged import graph_blocks, graph_ptr, node_graph_bounds
 
-__all__ = ["APPROXIMATE_BACKENDS", "SEARCH_BACKENDS", "exact_search", "topk_inner_product"]
+__all__ = ["APPROXIMATE_BACKENDS", "SEARCH_BACKENDS", "exact_search", "require_finite", "topk_inner_product"]
 
 Backend = Literal["auto", "torch", "dense", "keops", "fused", "triton", "ivf", "faiss"]
 SEARCH_BACKENDS: tuple[str, ...] = ("auto", "torch", "dense", "keops", "fused", "triton", "ivf", "faiss")
@@ -26,7 +26,7 @@ _KEY_TILE = {"cpu": 1 << 15, "cuda": 1 << 16}
 
 
 def check_query_key(query: Tensor, key: Tensor, k: int) -> None:
-    """Raise TypeError/ValueError unless query/key are matching [N, H, d] floats and k >= 1."""
+    """Raise TypeError/ValueError unless query/key are matching [N, H, d] floats (H, d >= 1) and k >= 1."""
     for name, tensor in (("query", query), ("key", key)):
         if not isinstance(tensor, Tensor):
             raise TypeError(f"`{name}` must be a torch.Tensor, got {type(tensor).__name__}")
@@ -34,6 +34,12 @@ def check_query_key(query: Tensor, key: Tensor, k: int) -> None:
             raise TypeError(f"`{name}` must be a floating-point tensor, got dtype {tensor.dtype}")
         if tensor.dim() != 3:
             raise ValueError(f"`{name}` must have shape [N, H, d], got {tuple(tensor.shape)}")
+        # The C++ kernel divides by d when packing keys: d = 0 would end the process with SIGFPE.
+        if tensor.shape[1] == 0 or tensor.shape[2] == 0:
+            raise ValueError(
+                f"`{name}` must have shape [N, H, d] with H >= 1 heads and head dimension d >= 1, "
+                f"got {tuple(tensor.shape)}"
+            )
     if query.shape != key.shape:
         raise ValueError(
             f"`query` and `key` must have the same shape [N, H, d], got {tuple(query.shape)} and "
@@ -47,6 +53,24 @@ def check_query_key(query: Tensor, key: Tensor, k: int) -> None:
         raise ValueError(f"`k` must be >= 1, got {k}")
 
 
+def require_finite(**tensors: Tensor) -> None:
+    """Raise ValueError naming the first of ``tensors`` (node-major) with a NaN or inf, and its first bad row.
+
+    One ``aminmax`` per tensor when everything is finite: min and max propagate NaN, and a single pass
+    without a boolean copy costs a tenth of ``isfinite().all()`` (2.5 ms vs 25 ms for 4M floats on one core).
+    The bad row is located only on failure.
+    """
+    for name, tensor in tensors.items():
+        tensor = tensor.detach()
+        if tensor.numel() == 0 or bool(torch.isfinite(torch.stack(torch.aminmax(tensor))).all()):
+            continue
+        row = int((~torch.isfinite(tensor)).flatten(1).any(1).nonzero()[0, 0])
+        raise ValueError(
+            f"`{name}` holds NaN or inf (first in row {row} of {tensor.shape[0]}); inputs must be finite "
+            "(pass check_finite=False to skip this check where they are known to be)"
+        )
+
+
 def topk_inner_product(
     query: Tensor,
     key: Tensor,
@@ -57,6 +81,7 @@ def topk_inner_product(
     backend: Backend = "auto",
     nlist: int | None = None,
     nprobe: int | None = None,
+    check_finite: bool = True,
 ) -> tuple[Tensor, Tensor]:
     r"""The k keys of largest inner product with each query, within the query's own graph.
 
@@ -80,13 +105,19 @@ def topk_inner_product(
             (faiss ``IndexIVFFlat`` on the same transform; needs the ``faiss`` extra).
         nlist: inverted lists per (graph, head) for ``"ivf"``/``"faiss"`` (default ``~2·sqrt(N_g)``).
         nprobe: lists probed per query for ``"ivf"``/``"faiss"`` (default ``nlist/16``, at least 8).
+        check_finite: raise ValueError when query or key holds a NaN or inf (default). Pass False only
+            where the inputs are known to be finite: results for non-finite inputs are then unspecified
+            and differ between backends.
 
     Returns:
         ``(scores, index)``: ``[N, H, k]`` scores in the query dtype and ``[N, H, k]`` int64 global key
         indices. Where a graph has fewer than k nodes (or an approximate search found fewer than k
-        keys) the trailing slots hold index ``-1`` and score ``-inf``.
+        keys) the trailing slots hold index ``-1`` and score ``-inf``. Half-precision inputs are ranked
+        by float32 scores on every backend; a returned score beyond the half range saturates to ``±inf``.
     """
     check_query_key(query, key, k)
+    if check_finite:
+        require_finite(query=query, key=key)
     ptr = graph_ptr(query.shape[0], ptr=ptr, batch=batch)
     if backend not in SEARCH_BACKENDS:
         raise ValueError(f"`backend` must be one of {SEARCH_BACKENDS}, got {backend!r}")
@@ -194,7 +225,10 @@ def _topk_blockwise(
     scores_out = query.new_full((num_nodes, heads, k), float("-inf"))
     index_out = torch.full((num_nodes, heads, k), -1, dtype=torch.long, device=query.device)
     lo, hi = node_graph_bounds(ptr, query.device)
-    query_h, key_h = query.transpose(0, 1), key.transpose(0, 1)
+    # Half types are ranked in float32 like the fused and Triton kernels do: a float16 product overflows
+    # at 65,504 and ties every large score at inf, which would select by index instead of by score.
+    rank_dtype = torch.promote_types(query.dtype, torch.float32)
+    query_h, key_h = query.transpose(0, 1).to(rank_dtype), key.transpose(0, 1).to(rank_dtype)
     blocks = graph_blocks(ptr, MIN_BLOCK_NODES)
     for block in blocks:
         size = block.end - block.start

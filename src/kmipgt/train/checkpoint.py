@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import pickle
 import random
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from kmipgt.train.atomic import atomic_write
 
 
 def rng_state(loader_generator: torch.Generator | None = None) -> dict[str, Any]:
@@ -35,15 +39,27 @@ def set_rng_state(state: dict[str, Any], loader_generator: torch.Generator | Non
 
 
 def save_checkpoint(path: Path, **content: Any) -> None:
-    """Write ``content`` atomically (temp file, then rename), so an interrupted save never corrupts it."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save(content, tmp)
-    tmp.replace(path)
+    """Write ``content`` atomically (temp file, then rename), so an interrupted save never corrupts it.
+
+    Raises OSError naming ``path`` when the write fails (e.g. disk full); the previous checkpoint stays.
+    """
+    atomic_write(path, lambda f: torch.save(content, f))
 
 
-def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Read a checkpoint written by :func:`save_checkpoint`."""
+def load_checkpoint(path: Path, keys: tuple[str, ...] = ("model",)) -> dict[str, Any]:
+    """Read a checkpoint written by :func:`save_checkpoint`; ValueError naming the file if it is not one.
+
+    ``keys``: entries the caller needs (a truncated or foreign file fails here, not later with a KeyError).
+    """
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}")
-    # RNG states hold NumPy arrays and tuples, which the weights-only unpickler rejects; the file is ours.
-    return torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        # RNG states hold NumPy arrays and tuples, which the weights-only unpickler rejects; the file is ours.
+        content = torch.load(path, map_location="cpu", weights_only=False)
+    except (RuntimeError, EOFError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ValueError(f"{path} is not a readable checkpoint ({reason}); it may be truncated") from error
+    missing = [key for key in keys if not isinstance(content, dict) or key not in content]
+    if missing:
+        raise ValueError(f"{path} is not a kmipgt checkpoint: it lacks {missing}")
+    return content

@@ -179,7 +179,11 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     tree: dict = {}
     if path is not None:
         with open(path) as f:
-            tree = yaml.safe_load(f) or {}
+            try:
+                tree = yaml.safe_load(f) or {}
+            except yaml.YAMLError as error:
+                problem = " ".join(str(error).split())
+                raise ValueError(f"{path} is not valid YAML: {problem}") from error
     for text in overrides:
         _set_dotted(tree, *parse_override(text))
     return _from_dict(Config, tree)
@@ -188,3 +192,27 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
 def config_to_dict(config: Config) -> dict:
     """Plain nested dict, suitable for ``yaml.safe_dump``."""
     return dataclasses.asdict(config)
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value and key != "options" and not key.endswith("_options"):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def config_differences(saved: dict, current: dict) -> list[str]:
+    """Dotted keys whose values differ between two :func:`config_to_dict` trees.
+
+    ``out_dir`` is compared as a resolved path: ``runs/x`` and ``./runs/x/`` are the same run.
+    """
+    saved, current = _flatten(saved), _flatten(current)
+    for flat in (saved, current):
+        if flat.get("out_dir") is not None:
+            flat["out_dir"] = Path(flat["out_dir"]).resolve()
+    return sorted(
+        key for key in saved.keys() | current.keys() if saved.get(key, ...) != current.get(key, ...)
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -12,21 +13,22 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from kmipgt.train.atomic import atomic_write, atomic_write_text
+
 
 def write_csv(path: Path, history: list[dict[str, Any]]) -> None:
     """One row per epoch; columns from the union of keys in first-seen order, blanks where missing."""
     columns = list(dict.fromkeys(key for row in history for key in row))
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(history)
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(history)
+    atomic_write_text(path, text.getvalue())
 
 
 def write_json(path: Path, content: dict[str, Any]) -> None:
-    """Indented JSON, so the numbers can be read and diffed."""
-    with open(path, "w") as f:
-        json.dump(content, f, indent=2)
-        f.write("\n")
+    """Indented JSON, so the numbers can be read and diffed; written atomically."""
+    atomic_write_text(path, json.dumps(content, indent=2) + "\n")
 
 
 def plot_curves(path: Path, history: list[dict[str, Any]], metric: str) -> None:
@@ -40,5 +42,5 @@ def plot_curves(path: Path, history: list[dict[str, Any]], metric: str) -> None:
     ax_metric.set(xlabel="epoch", ylabel=metric, title=metric)
     ax_metric.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    atomic_write(path, lambda f: fig.savefig(f, dpi=100, format="png"))
     plt.close(fig)

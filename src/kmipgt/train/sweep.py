@@ -156,10 +156,15 @@ def cell_state(sweep: Sweep, cell: Cell) -> str:
 
 
 def _config_changed(sweep: Sweep, cell: Cell) -> bool:
-    """Whether a finished cell was trained with another config than the sweep now asks for (out_dir aside)."""
+    """Whether a finished cell was trained with another config than the sweep now asks for (out_dir aside).
+
+    Unset ``threads`` matches any count: the run saved the count it resolved it to.
+    """
     with open(cell_dir(sweep, cell) / "config.yaml") as f:
         saved = yaml.safe_load(f)
     expected = config_to_dict(load_config(sweep.base, cell_overrides(sweep, cell)))
+    if expected["threads"] is None:
+        expected["threads"] = saved.get("threads")
     return {**saved, "out_dir": None} != {**expected, "out_dir": None}
 
 
@@ -202,7 +207,8 @@ def run_cell(sweep: Sweep, cell: Cell) -> Outcome:
     directory.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "kmipgt", "train", "--config", str(sweep.base), "--no-progress"]
     command += [part for override in cell_overrides(sweep, cell) for part in ("--set", override)]
-    command += ["--resume"] if state == "resume" else []
+    # A "new" cell's directory may hold the files of an attempt that failed before its first checkpoint.
+    command += ["--resume"] if state == "resume" else ["--overwrite"]
     start = time.monotonic()
     process = subprocess.run(command, capture_output=True, text=True, env=_child_environment())
     seconds = time.monotonic() - start

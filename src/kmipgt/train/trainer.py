@@ -26,9 +26,10 @@ from tqdm import tqdm
 
 from kmipgt.nn import GraphTransformer
 from kmipgt.nn.baselines import BASELINE_KINDS, KIND_ARGUMENTS, BaselineModel
+from kmipgt.train.atomic import atomic_write, atomic_write_text
 from kmipgt.train.branches import BranchMonitor, plot_branches
 from kmipgt.train.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
-from kmipgt.train.config import Config, ModelConfig, config_to_dict, load_config
+from kmipgt.train.config import Config, ModelConfig, config_differences, config_to_dict, load_config
 from kmipgt.train.datasets import SPLITS, PreparedData, node_coords, prepare_data
 from kmipgt.train.metrics import compute_metric, higher_is_better
 from kmipgt.train.report import plot_curves, write_csv, write_json
@@ -193,6 +194,10 @@ def with_fresh_negatives(graph):
     return out
 
 
+# What resume reads from last.pt (written by Trainer._checkpoint_content).
+_RESUME_KEYS = ("config", "model", "optimizer", "scheduler", "state", "rng")
+
+
 @dataclass
 class _State:
     """Everything that changes while training and is saved in checkpoints."""
@@ -327,12 +332,12 @@ class Trainer:
 
     def resume(self) -> None:
         """Continue from ``last.pt`` in the run directory, restoring weights, optimiser, history and RNG."""
-        checkpoint = load_checkpoint(self.run_dir / "last.pt")
-        saved = checkpoint["config"]
-        if saved != config_to_dict(self.config):
+        checkpoint = load_checkpoint(self.run_dir / "last.pt", keys=_RESUME_KEYS)
+        changed = config_differences(checkpoint["config"], config_to_dict(self.config))
+        if changed:
             raise ValueError(
-                f"the config differs from the one saved in {self.run_dir / 'last.pt'}; "
-                "resume with the same config (or start a new out_dir)"
+                f"the config differs from the one saved in {self.run_dir / 'last.pt'} in "
+                f"{', '.join(changed)}; resume with the same config (or start a new out_dir)"
             )
         self.model.load_state_dict(checkpoint["model"])
         self.optimizer.load_state_dict(checkpoint["optimizer"])
@@ -348,8 +353,9 @@ class Trainer:
         """
         opt = self.config.optim
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.run_dir / "config.yaml", "w") as f:
-            yaml.safe_dump(config_to_dict(self.config), f, sort_keys=False)
+        atomic_write_text(
+            self.run_dir / "config.yaml", yaml.safe_dump(config_to_dict(self.config), sort_keys=False)
+        )
         last_epoch = opt.epochs if stop_after is None else min(opt.epochs, stop_after)
         bar = tqdm(
             range(self.state.epoch, last_epoch),
@@ -443,15 +449,13 @@ class Trainer:
             handle.remove()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         path = self.run_dir / "tokens.pt"
-        torch.save(
-            {
-                "query": captured["query"].cpu(),
-                "key": captured["key"].cpu(),
-                "dataset": self.data.name,
-                "layer": 0,
-            },
-            path,
-        )
+        tokens = {
+            "query": captured["query"].cpu(),
+            "key": captured["key"].cpu(),
+            "dataset": self.data.name,
+            "layer": 0,
+        }
+        atomic_write(path, lambda f: torch.save(tokens, f))
         return path
 
 
@@ -468,8 +472,16 @@ def train(
     stop_after: int | None = None,
     save_tokens: bool = False,
     progress: bool = True,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
-    """Train ``config`` (optionally resuming ``out_dir/last.pt``) and return the final metrics."""
+    """Train ``config`` (optionally resuming ``out_dir/last.pt``) and return the final metrics.
+
+    The whole config and the run directory are checked first (:func:`kmipgt.train.rundir.prepare_run`):
+    a directory holding another run is refused unless ``resume`` or ``overwrite``.
+    """
+    from kmipgt.train.rundir import prepare_run  # it imports this module
+
+    config = prepare_run(config, resume=resume, overwrite=overwrite)
     trainer = Trainer(config)
     if resume:
         trainer.resume()

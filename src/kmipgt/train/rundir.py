@@ -1,0 +1,79 @@
+"""Run directories: checked before anything is written, one run per directory, threads kept with the run."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import torch
+import yaml
+
+from kmipgt.train.atomic import TEMP_SUFFIX
+from kmipgt.train.config import Config
+from kmipgt.train.validation import validate_config
+
+__all__ = ["RUN_FILES", "RunDirError", "prepare_run"]
+
+# Everything `kmipgt train` writes into out_dir (Trainer's docstring lists them).
+RUN_FILES = ("config.yaml", "last.pt", "best.pt", "log.csv", "curves.png", "metrics.json", "tokens.pt")
+
+
+class RunDirError(ValueError):
+    """The run directory cannot be used as asked (holds another run, or has nothing to resume)."""
+
+
+def _describe(run_dir: Path, present: list[str]) -> str:
+    metrics = run_dir / "metrics.json"
+    try:
+        finished = "metrics.json" in present and json.loads(metrics.read_text()).get("complete")
+    except (OSError, ValueError, AttributeError):
+        finished = False
+    return f"{'a finished run' if finished else 'a run'} ({', '.join(present)})"
+
+
+def _saved_threads(run_dir: Path) -> int | None:
+    """``threads`` of the run's saved ``config.yaml`` (None where the run left it to torch)."""
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        return None
+    try:
+        saved = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        raise ValueError(f"{path} is not valid YAML: {' '.join(str(error).split())}") from error
+    return saved.get("threads") if isinstance(saved, dict) else None
+
+
+def prepare_run(config: Config, *, resume: bool = False, overwrite: bool = False) -> Config:
+    """Check ``config`` and its ``out_dir`` before a run writes anything; return the config to train.
+
+    - every key is validated (:func:`kmipgt.train.validation.validate_config`);
+    - an ``out_dir`` holding files of another run is refused (:class:`RunDirError`) unless ``resume``
+      (continue its ``last.pt``) or ``overwrite`` (its run files are deleted; other files stay);
+    - ``threads``: None becomes the run's saved count on ``resume``, else torch's current count, so the
+      saved config records it and a resume or re-run uses the same (results depend on it).
+    """
+    if resume and overwrite:
+        raise RunDirError("--resume continues a run and --overwrite replaces it: pass one of them")
+    validate_config(config)
+    run_dir = Path(config.out_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunDirError(f"out_dir {run_dir} is a file, not a directory")
+    present = [name for name in RUN_FILES if (run_dir / name).exists()]
+    if resume:
+        if not (run_dir / "last.pt").is_file():
+            raise RunDirError(f"nothing to resume: no checkpoint at {run_dir / 'last.pt'}")
+        threads = config.threads if config.threads is not None else _saved_threads(run_dir)
+    else:
+        if present and not overwrite:
+            raise RunDirError(
+                f"{run_dir} already holds {_describe(run_dir, present)}; pass --overwrite to replace it "
+                "or --resume to continue it"
+            )
+        for name in present:
+            (run_dir / name).unlink()
+        threads = config.threads if config.threads is not None else torch.get_num_threads()
+    # Left by a run killed while writing; their targets are intact.
+    for stale in run_dir.glob(f".*{TEMP_SUFFIX}"):
+        stale.unlink()
+    return dataclasses.replace(config, threads=threads)

@@ -1,0 +1,115 @@
+"""Whole-config checks that run before a run touches the disk: ranges and names of every key.
+
+:func:`kmipgt.train.config.load_config` already checks key names and types; what it cannot see (``epochs``
+0, a misspelt ``task.loss``) would otherwise fail epochs later, after ``config.yaml`` was written, or not
+at all (``epochs: 0`` wrote NaN into ``metrics.json``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from kmipgt.nn.attention import ATTENTION_KINDS
+from kmipgt.nn.gps_layer import LOCAL_KINDS, NORM_KINDS
+from kmipgt.nn.model import ATTENTION_QK, POOLINGS, TASKS
+from kmipgt.train.config import Config
+from kmipgt.train.datasets import LOADERS
+from kmipgt.train.metrics import METRICS
+from kmipgt.train.trainer import LOSSES, MODEL_BUILDERS
+
+__all__ = ["validate_config"]
+
+# GPSLayer's FFN activations (it checks them only when the model is built).
+_ACTIVATIONS = ("gelu", "relu")
+
+
+def _at_least(name: str, value: float | None, low: float, *, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if value is None or not value >= low or (isinstance(value, float) and not math.isfinite(value)):
+        extra = " or null" if optional else ""
+        raise ValueError(f"config key {name!r} must be >= {low}{extra}, got {value!r}")
+
+
+def _fraction(name: str, value: float, *, closed: bool) -> None:
+    """``value`` in [0, 1] (``closed``) or [0, 1)."""
+    if not (0.0 <= value <= 1.0 if closed else 0.0 <= value < 1.0):
+        raise ValueError(f"config key {name!r} must lie in [0, 1{']' if closed else ')'}, got {value!r}")
+
+
+def _one_of(name: str, value: str, allowed: tuple[str, ...] | list[str]) -> None:
+    if value not in allowed:
+        raise ValueError(f"config key {name!r} must be one of {tuple(allowed)}, got {value!r}")
+
+
+def _check_data(config: Config) -> None:
+    d = config.data
+    _one_of("data.name", d.name, list(LOADERS))
+    for key in ("lappe_dim", "rwse_dim"):
+        _at_least(f"data.{key}", getattr(d, key), 0)
+    _at_least("data.batch_size", d.batch_size, 1)
+    _fraction("data.val_edges", d.val_edges, closed=False)
+    _fraction("data.test_edges", d.test_edges, closed=False)
+    if d.val_edges + d.test_edges >= 1:
+        raise ValueError(
+            f"config keys 'data.val_edges' + 'data.test_edges' must be < 1 (edges left to train on), "
+            f"got {d.val_edges} + {d.test_edges}"
+        )
+
+
+def _check_model(config: Config) -> None:
+    m = config.model
+    _one_of("model.kind", m.kind, tuple(MODEL_BUILDERS))
+    _one_of("model.local", m.local, LOCAL_KINDS)
+    _one_of("model.attention", m.attention, ATTENTION_KINDS)
+    _one_of("model.norm", m.norm, NORM_KINDS)
+    _one_of("model.activation", m.activation, _ACTIVATIONS)
+    _one_of("model.pooling", m.pooling, POOLINGS)
+    _one_of("model.attention_qk", m.attention_qk, ATTENTION_QK)
+    for key in ("channels", "heads", "k", "head_layers"):
+        _at_least(f"model.{key}", getattr(m, key), 1)
+    for key in ("num_layers", "num_frequencies"):
+        _at_least(f"model.{key}", getattr(m, key), 0)
+    _at_least("model.head_dim", m.head_dim, 1, optional=True)
+    _fraction("model.dropout", m.dropout, closed=False)
+    _fraction("model.attn_dropout", m.attn_dropout, closed=False)
+
+
+def _check_optim(config: Config) -> None:
+    o = config.optim
+    for key in ("epochs", "eval_every"):
+        _at_least(f"optim.{key}", getattr(o, key), 1)
+    for key in ("warmup_epochs", "weight_decay", "grad_clip"):
+        _at_least(f"optim.{key}", getattr(o, key), 0)
+    if not (o.lr > 0 and math.isfinite(o.lr)):
+        raise ValueError(f"config key 'optim.lr' must be a positive number, got {o.lr!r}")
+
+
+def _check_device(name: str) -> None:
+    if name == "auto":
+        return
+    try:
+        torch.device(name)
+    except RuntimeError as error:
+        raise ValueError(
+            f"config key 'device' must be 'auto' or a torch device such as 'cpu', got {name!r}"
+        ) from (error)
+
+
+def validate_config(config: Config) -> None:
+    """ValueError naming the first key whose value is out of range or not a known name.
+
+    Cheap: imports nothing heavy beyond the model modules, reads no data, writes nothing.
+    """
+    _check_data(config)
+    _one_of("task.level", config.task.level, TASKS)
+    _one_of("task.loss", config.task.loss, LOSSES)
+    _one_of("task.metric", config.task.metric, METRICS)
+    _check_model(config)
+    _check_optim(config)
+    _at_least("threads", config.threads, 1, optional=True)
+    _check_device(config.device)
+    if not config.out_dir:
+        raise ValueError("config key 'out_dir' must name a directory, got ''")

@@ -1,0 +1,176 @@
+"""One contract for bad input on every search backend: head dimension 0, NaN/inf, half precision.
+
+See docs/reliability.md. Backends whose extra or device is absent here skip.
+"""
+
+import importlib.util
+
+import numpy as np
+import pytest
+import torch
+
+import kmipgt.ops.ivf_search as ivf_search
+from kmipgt.ops import full_attention, full_attention_topk, kmip_attention, topk_inner_product
+from reference import reference_attention, reference_topk
+
+
+def _needs(module):
+    return pytest.mark.skipif(importlib.util.find_spec(module) is None, reason=f"needs {module}")
+
+
+BACKENDS = [
+    "auto",
+    "torch",
+    "dense",
+    "fused",
+    "ivf",
+    pytest.param("faiss", marks=_needs("faiss")),
+    pytest.param("keops", marks=_needs("pykeops")),
+    pytest.param("triton", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")),
+]
+
+
+def _device(backend):
+    return "cuda" if backend == "triton" else "cpu"
+
+
+def _ragged(sizes, heads=2, dim=6, seed=0, dtype=torch.float32, scale=1.0):
+    gen = torch.Generator().manual_seed(seed)
+    n = sum(sizes)
+    ptr = torch.tensor([0, *np.cumsum(sizes).tolist()])
+    draw = lambda: (scale * torch.randn(n, heads, dim, generator=gen)).to(dtype)  # noqa: E731
+    return draw(), draw(), draw(), ptr
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", [(10, 2, 0), (10, 0, 4), (0, 2, 0)])
+def test_empty_head_or_head_dimension_is_a_value_error_on_every_backend(backend, shape):
+    query = torch.randn(shape, device=_device(backend))
+    with pytest.raises(ValueError, match=r"H >= 1 heads and head dimension d >= 1"):
+        topk_inner_product(query, query.clone(), 3, backend=backend)
+    with pytest.raises(ValueError, match=r"head dimension d >= 1"):
+        kmip_attention(query, query, query, 3, backend=backend)
+
+
+def test_empty_head_dimension_is_a_value_error_in_full_attention():
+    query = torch.randn(10, 2, 0)
+    with pytest.raises(ValueError, match=r"head dimension d >= 1"):
+        full_attention(query, query, torch.randn(10, 2, 3))
+    with pytest.raises(ValueError, match=r"head dimension d >= 1"):
+        full_attention_topk(query, query, 2)
+
+
+def test_head_dimension_one_matches_reference():
+    query, key, value, ptr = _ragged([30, 9], dim=1, dtype=torch.float64)
+    _, index = topk_inner_product(query.float(), key.float(), 4, ptr=ptr)
+    _, ref_index = reference_topk(query, key, 4, ptr.tolist())
+    np.testing.assert_array_equal(index.numpy(), ref_index)
+    out = kmip_attention(query, key, value, 4, ptr=ptr)
+    torch.testing.assert_close(out, reference_attention(query, key, value, 4, ptr.tolist()))
+
+
+def _poison(tensor, row, value):
+    tensor = tensor.clone()
+    tensor[row, 1, 2] = value
+    return tensor
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("name", ["query", "key"])
+def test_non_finite_search_input_names_tensor_and_first_row(backend, bad, name):
+    # 1,100 nodes: the IVF backends index a graph this large instead of searching it exactly.
+    query, key, _, ptr = _ragged([1100, 40], dim=4)
+    inputs = {"query": query, "key": key}
+    inputs[name] = _poison(_poison(inputs[name], 1105, bad), 1120, bad)
+    device = _device(backend)
+    with pytest.raises(ValueError, match=rf"`{name}` holds NaN or inf \(first in row 1105 of 1140\)"):
+        topk_inner_product(inputs["query"].to(device), inputs["key"].to(device), 5, ptr=ptr, backend=backend)
+
+
+@pytest.mark.parametrize("function", ["kmip", "full", "full_topk"])
+@pytest.mark.parametrize("name", ["query", "key", "value"])
+def test_non_finite_attention_input_names_tensor_and_first_row(function, name):
+    query, key, value, ptr = _ragged([7, 20])
+    inputs = {"query": query, "key": key, "value": value}
+    inputs[name] = _poison(inputs[name], 12, float("nan"))
+    match = rf"`{name}` holds NaN or inf \(first in row 12 of 27\)"
+    if function == "full_topk":
+        if name == "value":
+            pytest.skip("full_attention_topk takes no value")
+        with pytest.raises(ValueError, match=match):
+            full_attention_topk(inputs["query"], inputs["key"], 3, ptr=ptr)
+        return
+    with pytest.raises(ValueError, match=match):
+        if function == "kmip":
+            kmip_attention(*inputs.values(), 3, ptr=ptr)
+        else:
+            full_attention(*inputs.values(), ptr=ptr)
+
+
+def _per_graph_sdpa(query, key, value, ptr):
+    rows = []
+    for start, end in zip(ptr[:-1].tolist(), ptr[1:].tolist()):
+        q, k, v = (t[start:end].transpose(0, 1) for t in (query, key, value))
+        weights = torch.softmax(q @ k.transpose(1, 2) / query.shape[-1] ** 0.5, dim=-1)
+        rows.append((weights @ v).transpose(0, 1))
+    return torch.cat(rows)
+
+
+@pytest.mark.parametrize("name", ["query", "key", "value"])
+def test_unchecked_nan_in_one_graph_never_reaches_another(name):
+    query, key, value, ptr = _ragged([9, 0, 14, 5], dtype=torch.float64)
+    inputs = {"query": query, "key": key, "value": value}
+    inputs[name] = _poison(inputs[name], 3, float("nan"))
+    clean = slice(9, 28)
+    out = full_attention(*inputs.values(), ptr=ptr, check_finite=False)
+    torch.testing.assert_close(out[clean], _per_graph_sdpa(query, key, value, ptr)[clean])
+    kmip = kmip_attention(*inputs.values(), 4, ptr=ptr, backend="torch", check_finite=False)
+    ref = reference_attention(query, key, value, 4, ptr.tolist())
+    torch.testing.assert_close(kmip[clean], ref[clean])
+
+
+def test_finite_check_can_be_skipped_for_finite_inputs():
+    query, key, value, ptr = _ragged([30, 12], dtype=torch.float64)
+    checked = kmip_attention(query, key, value, 5, ptr=ptr)
+    torch.testing.assert_close(kmip_attention(query, key, value, 5, ptr=ptr, check_finite=False), checked)
+
+
+HALF_BACKENDS = [b for b in BACKENDS if getattr(b, "values", (b,))[0] not in ("keops",)]
+
+
+@pytest.mark.parametrize("backend", HALF_BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_ranks_like_float32_even_beyond_the_half_range(backend, dtype, monkeypatch):
+    # Scores reach about 4·10⁵, beyond float16's 65,504: a float16 product would tie them all at inf.
+    monkeypatch.setattr(ivf_search, "default_nprobe", lambda nlist: nlist)  # probe everything: exact
+    query, key, _, ptr = _ragged([1100, 30], heads=1, dim=64, dtype=dtype, scale=80.0)
+    device = _device(backend)
+    scores, index = topk_inner_product(query.to(device), key.to(device), 5, ptr=ptr, backend=backend)
+    ref_scores, ref_index = reference_topk(query.double(), key.double(), 5, ptr.tolist())
+    np.testing.assert_array_equal(index.cpu().numpy(), ref_index)
+    assert scores.dtype == dtype
+    torch.testing.assert_close(scores.cpu(), torch.from_numpy(ref_scores).to(dtype), rtol=1e-2, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("function", ["kmip", "full"])
+def test_half_precision_attention_matches_float32_reference(dtype, function):
+    query, key, value, ptr = _ragged([40, 9], dim=64, dtype=dtype, scale=80.0)
+    if function == "kmip":
+        out = kmip_attention(query, key, value, 6, ptr=ptr)
+        ref = reference_attention(query.double(), key.double(), value.double(), 6, ptr.tolist())
+    else:
+        out = full_attention(query, key, value, ptr=ptr)
+        ref = _per_graph_sdpa(query.double(), key.double(), value.double(), ptr)
+    assert out.dtype == dtype and bool(out.isfinite().all())
+    torch.testing.assert_close(out.double(), ref, rtol=2e-2, atol=0.5)
+
+
+def test_half_precision_full_attention_topk_weights_match_float32():
+    query, key, _, ptr = _ragged([40, 9], dim=64, dtype=torch.float16, scale=40.0)
+    half = full_attention_topk(query, key, 4, ptr=ptr)
+    single = full_attention_topk(query.float(), key.float(), 4, ptr=ptr)
+    torch.testing.assert_close(half.index, single.index)
+    torch.testing.assert_close(half.weight, single.weight, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(half.mass, single.mass, rtol=1e-3, atol=1e-3)
