@@ -216,6 +216,12 @@ class GRFAttention(torch.nn.Module):
             raise ValueError("GRFAttention needs `edge_index`: the mask is built from walks on the graph")
         if x.dim() != 2 or x.shape[1] != self.channels:
             raise ValueError(f"`x` must have shape [N, {self.channels}], got {tuple(x.shape)}")
+        # The sparse mask kernels (sparse_sampled_addmm) have no bfloat16/half version: under autocast
+        # this module runs in fp32.
+        with torch.autocast(x.device.type, enabled=False):
+            return self._forward(x.float(), batch, edge_index)
+
+    def _forward(self, x: Tensor, batch: Tensor | None, edge_index: Tensor) -> Tensor:
         n = x.shape[0]
         ptr = graph_ptr(n, batch=batch) if batch is not None else None
         features = grf_features(self.walks(edge_index, n, ptr), self.f.to(x.dtype))

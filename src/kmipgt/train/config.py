@@ -88,7 +88,11 @@ class ModelConfig:
 
 @dataclass
 class OptimConfig:
-    """AdamW with linear warm-up then cosine decay to zero, and gradient-norm clipping."""
+    """AdamW with linear warm-up then cosine decay to zero, and gradient-norm clipping.
+
+    ``precision``: ``fp32``, or ``bf16`` (the forward pass under bfloat16 autocast on CPU or GPU, with fp32
+    weights, optimiser state and loss: about half the activation memory).
+    """
 
     lr: float = 1e-3
     weight_decay: float = 0.0
@@ -96,6 +100,7 @@ class OptimConfig:
     warmup_epochs: int = 5
     grad_clip: float = 1.0
     eval_every: int = 1
+    precision: str = "fp32"
 
 
 @dataclass

@@ -87,6 +87,8 @@ def _build_baseline(config: Config, data: PreparedData) -> BaselineModel:
     return BaselineModel(m.kind, **_shared_arguments(config, data), **own)
 
 
+PRECISIONS = ("fp32", "bf16")
+
 # config ``model.kind`` -> builder of the model sized for the data
 MODEL_BUILDERS = {"gps": _build_gps, **dict.fromkeys(BASELINE_KINDS, _build_baseline)}
 
@@ -253,6 +255,13 @@ class Trainer:
             generator=self.loader_generator if shuffle else None,
         )
 
+    def _predict(self, batch) -> torch.Tensor:
+        """The model's output in fp32; with ``optim.precision: bf16`` the forward runs under bf16 autocast
+        (weights, optimiser state and the loss stay fp32)."""
+        bf16 = self.config.optim.precision == "bf16"
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=bf16):
+            return _forward(self.model, batch).float()
+
     def _redraw_random_features(self) -> None:
         for module in self.model.modules():
             if hasattr(module, "redraw_projection"):
@@ -272,7 +281,7 @@ class Trainer:
             batches = ((b.to(self.device), None) for b in self._loader("train", shuffle=True))
         total, count = 0.0, 0
         for batch, mask in batches:
-            output = _forward(self.model, batch)
+            output = self._predict(batch)
             target = _target(batch, level)
             if mask is not None:
                 output, target = output[mask], target[mask]
@@ -296,7 +305,7 @@ class Trainer:
         level = self.data.level
         if level == "node":
             graph = self.data.graph.to(self.device)
-            output, target = _forward(self.model, graph), graph.y
+            output, target = self._predict(graph), graph.y
             return {s: self._score(output[graph[f"{s}_mask"]], target[graph[f"{s}_mask"]]) for s in splits}
         results = {}
         for split in splits:
@@ -304,7 +313,7 @@ class Trainer:
             batches = self.data.splits[split] if level == "edge" else self._loader(split, shuffle=False)
             for batch in batches:
                 batch = batch.to(self.device)
-                outputs.append(_forward(self.model, batch))
+                outputs.append(self._predict(batch))
                 targets.append(_target(batch, level))
             results[split] = self._score(torch.cat(outputs), torch.cat(targets))
         return results

@@ -17,7 +17,7 @@ from kmipgt.nn.model import ATTENTION_QK, POOLINGS, TASKS
 from kmipgt.train.config import Config
 from kmipgt.train.datasets import LOADERS
 from kmipgt.train.metrics import METRICS
-from kmipgt.train.trainer import LOSSES, MODEL_BUILDERS
+from kmipgt.train.trainer import LOSSES, MODEL_BUILDERS, PRECISIONS
 
 __all__ = ["validate_config"]
 
@@ -83,6 +83,7 @@ def _check_optim(config: Config) -> None:
         _at_least(f"optim.{key}", getattr(o, key), 1)
     for key in ("warmup_epochs", "weight_decay", "grad_clip"):
         _at_least(f"optim.{key}", getattr(o, key), 0)
+    _one_of("optim.precision", o.precision, PRECISIONS)
     if not (o.lr > 0 and math.isfinite(o.lr)):
         raise ValueError(f"config key 'optim.lr' must be a positive number, got {o.lr!r}")
 
