@@ -40,11 +40,16 @@ class TaskConfig:
     full batch, fresh negatives every epoch; use ``loss: bce``).
     ``loss``: ``cross_entropy``, ``bce`` (multi-label) or ``l1``. ``metric``:
     ``accuracy``, ``macro_f1``, ``ap`` or ``mae``; the best checkpoint is chosen on it.
+    ``label_inputs`` (node-level classification): the training labels become inputs, one-hot columns
+    plus a "label shown" column appended to the node features. Each training step shows the labels of
+    this share of the training nodes, drawn afresh, and computes the loss on the others, so no node
+    predicts a label it is shown; evaluation shows every training label. 0 (default): off.
     """
 
     level: str = "node"
     loss: str = "cross_entropy"
     metric: str = "accuracy"
+    label_inputs: float = 0.0
 
 
 @dataclass

@@ -165,6 +165,13 @@ def _single_graph(raw, level: str) -> Data:
     return raw
 
 
+def label_columns(y: torch.Tensor, shown: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """``[N, num_classes + 1]``: the one-hot label of the ``shown`` nodes (zeros elsewhere), then
+    ``shown``."""
+    one_hot = torch.nn.functional.one_hot(y.clamp_min(0), num_classes).float() * shown[:, None]
+    return torch.cat([one_hot, shown[:, None].float()], dim=1)
+
+
 def _node_level(raw, config: Config) -> tuple[Data, Data, torch.Tensor]:
     raw = _single_graph(raw, "node")
     for mask in ("train_mask", "val_mask", "test_mask"):
@@ -173,6 +180,13 @@ def _node_level(raw, config: Config) -> tuple[Data, Data, torch.Tensor]:
     graph = _prepare_graph(raw, config)
     if config.data.normalize_features:
         _standardise_features([graph], [graph])
+    if config.task.label_inputs > 0:
+        if config.task.loss != "cross_entropy":
+            raise ValueError("task.label_inputs needs a classification task (task.loss: cross_entropy)")
+        # Appended after the z-scoring and after every coordinate column, so coord_columns keep their
+        # meaning; evaluation shows every training label, training hides part of them (Trainer).
+        num_classes = _out_channels(graph.y, "cross_entropy")
+        graph.x = torch.cat([graph.x, label_columns(graph.y, graph.train_mask, num_classes)], 1)
     return graph, graph, graph.y
 
 
@@ -198,6 +212,8 @@ def prepare_data(config: Config) -> PreparedData:
     graph, splits = None, None
     if level == "node":
         graph, first, targets = _node_level(raw, config)
+    elif config.task.label_inputs > 0:
+        raise ValueError("task.label_inputs needs task.level: node")
     elif level == "graph":
         splits, first, targets = _graph_level(raw, config)
     elif level == "edge":

@@ -30,7 +30,7 @@ from kmipgt.train.atomic import atomic_write, atomic_write_text
 from kmipgt.train.branches import BranchMonitor, plot_branches
 from kmipgt.train.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from kmipgt.train.config import Config, ModelConfig, config_differences, config_to_dict, load_config
-from kmipgt.train.datasets import SPLITS, PreparedData, node_coords, prepare_data
+from kmipgt.train.datasets import SPLITS, PreparedData, label_columns, node_coords, prepare_data
 from kmipgt.train.metrics import compute_metric, higher_is_better
 from kmipgt.train.report import plot_curves, write_csv, write_json
 
@@ -255,6 +255,18 @@ class Trainer:
             generator=self.loader_generator if shuffle else None,
         )
 
+    def _hide_labels(self, graph):
+        """``task.label_inputs``: a copy of ``graph`` showing the labels of a random share of the training
+        nodes, and the mask of the other training nodes (those the loss is computed on)."""
+        train = graph.train_mask.nonzero().view(-1).cpu()
+        order = train[torch.randperm(train.numel(), generator=self.loader_generator)]
+        shown = torch.zeros_like(graph.train_mask)
+        shown[order[: int(self.config.task.label_inputs * train.numel())].to(shown.device)] = True
+        num_classes = self.data.out_channels
+        step = graph.clone()
+        step.x = torch.cat([graph.x[:, : -(num_classes + 1)], label_columns(graph.y, shown, num_classes)], 1)
+        return step, graph.train_mask & ~shown
+
     def _predict(self, batch) -> torch.Tensor:
         """The model's output in fp32; with ``optim.precision: bf16`` the forward runs under bf16 autocast
         (weights, optimiser state and the loss stay fp32)."""
@@ -274,7 +286,8 @@ class Trainer:
         level = self.data.level
         if level == "node":
             graph = self.data.graph.to(self.device)
-            batches = [(graph, graph.train_mask)]
+            hide = self.config.task.label_inputs > 0
+            batches = [self._hide_labels(graph) if hide else (graph, graph.train_mask)]
         elif level == "edge":
             batches = [(with_fresh_negatives(self.data.splits["train"][0]).to(self.device), None)]
         else:
