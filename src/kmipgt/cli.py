@@ -115,6 +115,69 @@ def _add_bench_search(bench: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=_bench_search)
 
 
+def _approx_inputs(args: argparse.Namespace):
+    """Load the run and check the grid and its k-MIP layers (ValueError/FileNotFoundError naming them)."""
+    from kmipgt.analysis.tokens import kmip_layers
+    from kmipgt.bench.approx import k_grid
+    from kmipgt.train import load_run, split_graph
+
+    trainer = load_run(args.run_dir, args.checkpoint)
+    kmip_layers(trainer.model)
+    part = split_graph(trainer, args.split, args.graph)
+    return trainer, part.graph, k_grid(part.graph.num_nodes, args.k)
+
+
+def _bench_approx(args: argparse.Namespace) -> int:
+    from kmipgt.bench.approx import run_approx_benchmark
+
+    try:
+        trainer, graph, ks = _approx_inputs(args)
+    except (FileNotFoundError, ValueError) as error:
+        print(f"kmipgt: error: {error}", file=sys.stderr)
+        return 2
+    out = args.out if args.out is not None else args.run_dir / "approx"
+    meta = {"run": str(args.run_dir), "dataset": trainer.data.name, "split": args.split, "graph": args.graph}
+    result = run_approx_benchmark(
+        trainer.model,
+        graph,
+        lambda: trainer.evaluate(("val", "test")),
+        out,
+        ks=ks,
+        metric=trainer.config.task.metric,
+        meta=meta,
+        save_tokens=args.save_tokens,
+        progress=not args.no_progress,
+    )
+    print("| layer | k | error | mass | overlap |\n|---|---|---|---|---|")
+    for row in result["layers"]:
+        overlap = "—" if row["overlap"] is None else f"{row['overlap']:.4f}"
+        print(f"| {row['layer']} | {row['k']} | {row['error']:.4f} | {row['mass']:.4f} | {overlap} |")
+    metric = result["metric"]
+    for row in metric["inference_k"]:
+        print(f"inference k={row['k']}: val {row['val']:.4f}  test {row['test']:.4f}")
+    full = metric["full_attention"]
+    print(f"full attention: val {full['val']:.4f}  test {full['test']:.4f}")
+    print(f"wrote {out / 'approx.json'}, approx.png and approx_metric.png")
+    return 0
+
+
+def _add_bench_approx(bench: argparse._SubParsersAction) -> None:
+    parser = bench.add_parser(
+        "approx", help="how well a trained run's k-MIP layers approximate full attention, vs k"
+    )
+    parser.add_argument("run_dir", type=Path, help="run directory written by kmipgt train")
+    parser.add_argument(
+        "--k", type=_csv(int), default=None, help="comma-separated k grid (default 1, 2, 4, ..., N)"
+    )
+    parser.add_argument("--split", default="test", help="split whose graph gives the tokens (default test)")
+    parser.add_argument("--graph", type=int, default=0, help="graph of the split (graph/edge-level runs)")
+    parser.add_argument("--checkpoint", choices=("best", "last"), default="best")
+    parser.add_argument("--save-tokens", action="store_true", help="also save q/k/v of every layer")
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default RUN_DIR/approx)")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    parser.set_defaults(handler=_bench_approx)
+
+
 def _data_info(args: argparse.Namespace) -> int:
     from kmipgt.data.catalog import graph_summary, load_dataset
 
@@ -458,6 +521,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench_attention(bench)
     _add_bench_search(bench)
     _add_bench_grf(bench)
+    _add_bench_approx(bench)
     _add_data(commands)
     _add_train_eval(commands)
     _add_sweep(commands)
