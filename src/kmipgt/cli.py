@@ -479,6 +479,22 @@ def _analysis_probe(args: argparse.Namespace) -> int:
     return 0
 
 
+def _analysis_wl(args: argparse.Namespace) -> int:
+    from kmipgt.analysis.seg_wl import load_graph, seg_wl
+
+    try:
+        graphs = [load_graph(path) for path in (args.first, args.second)]
+        result = seg_wl(graphs, args.encoding, rwse_steps=args.rwse_steps, features=not args.no_features)
+    except (FileNotFoundError, ValueError) as error:
+        print(f"kmipgt: error: {error}", file=sys.stderr)
+        return 2
+    sizes = " and ".join(f"{g.num_nodes} nodes" for g in graphs)
+    rounds = f"stable after {result.rounds} rounds, {result.num_colours} colours"
+    print(f"S-SEG-WL ({args.encoding}) on {sizes}: {rounds}")
+    print("distinguished" if result.distinguished else "not distinguished")
+    return 0
+
+
 def _add_analysis(commands: argparse._SubParsersAction) -> None:
     analysis = commands.add_parser("analysis", help="inspect trained models").add_subparsers(
         dest="analysis_command", required=True
@@ -510,6 +526,15 @@ def _add_analysis(commands: argparse._SubParsersAction) -> None:
     )
     probe.add_argument("--out", type=Path, default=None, help="also write the rows as JSON here")
     probe.set_defaults(handler=_analysis_probe)
+    wl = analysis.add_parser(
+        "wl", help="S-SEG-WL test: can GraphGPS with this structural encoding tell two graphs apart?"
+    )
+    wl.add_argument("first", type=Path, help="a PyG Data saved with torch.save")
+    wl.add_argument("second", type=Path, help="the other graph")
+    wl.add_argument("--encoding", choices=("none", "spd", "rwse"), default="spd", help="default spd")
+    wl.add_argument("--rwse-steps", type=int, default=16, help="walk lengths of --encoding rwse")
+    wl.add_argument("--no-features", action="store_true", help="ignore x: every node starts alike")
+    wl.set_defaults(handler=_analysis_wl)
 
 
 def build_parser() -> argparse.ArgumentParser:
