@@ -489,7 +489,7 @@ def _analysis_wl(args: argparse.Namespace) -> int:
         print(f"kmipgt: error: {error}", file=sys.stderr)
         return 2
     sizes = " and ".join(f"{g.num_nodes} nodes" for g in graphs)
-    rounds = f"stable after {result.rounds} rounds, {result.num_colours} colours"
+    rounds = f"stable after {result.rounds} round{'s' * (result.rounds != 1)}, {result.num_colours} colours"
     print(f"S-SEG-WL ({args.encoding}) on {sizes}: {rounds}")
     print("distinguished" if result.distinguished else "not distinguished")
     return 0
