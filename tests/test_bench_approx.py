@@ -88,6 +88,8 @@ def test_k_grid_defaults_to_powers_of_two_and_n():
     for bad in ([], [0], [11], [2.5]):
         with pytest.raises(ValueError, match="k"):
             approx.k_grid(10, bad)
+    with pytest.raises(ValueError, match=r"1\.\.60"):
+        approx.approximation_curves(*_tokens(), [1, 61])
 
 
 def _graph(num_nodes=30, seed=0) -> Data:

@@ -95,14 +95,15 @@ def approximation_curves(
 
     Args:
         query: ``[N, H, d]``. key: ``[N, H, d]``. value: ``[N, H, d_v]``. One graph.
-        ks: keys per query, each in ``1..N``.
+        ks: keys per query, each in ``1..N`` (ValueError otherwise).
         backend: the search backend of the k-MIP layer (approximate ones give overlap below 1).
         scale: logit scale, default ``1/sqrt(d)`` (what the layers use).
 
     Returns:
-        ``{"error", "mass", "overlap"}``, each ``[len(ks), H]`` float64.
+        ``{"error", "mass", "overlap"}``, each ``[len(ks), H]`` float64, rows by increasing k.
     """
     num_nodes, heads, dim = query.shape
+    ks = k_grid(num_nodes, ks)
     scale = dim**-0.5 if scale is None else float(scale)
     accumulate = torch.promote_types(query.dtype, torch.float32)
     q, k_all, v = (t.transpose(0, 1).to(accumulate) for t in (query, key, value))
