@@ -37,18 +37,14 @@ class LayerTokens:
 
 def kmip_layers(model: torch.nn.Module) -> dict[int, KMIPAttention]:
     """``{layer index: k-MIP attention module}``; ValueError when the model has no k-MIP layer."""
-    layers = getattr(model, "layers", None)
-    found = (
-        {}
-        if layers is None
-        else {
-            number: layer.attention
-            for number, layer in enumerate(layers)
-            if isinstance(getattr(layer, "attention", None), KMIPAttention)
-        }
-    )
+    layers = getattr(model, "layers", [])
+    found = {
+        number: layer.attention
+        for number, layer in enumerate(layers)
+        if isinstance(getattr(layer, "attention", None), KMIPAttention)
+    }
     if not found:
-        kinds = sorted({str(getattr(layer, "attention_kind", None)) for layer in layers or []})
+        kinds = sorted({str(getattr(layer, "attention_kind", "none")) for layer in layers})
         raise ValueError(
             f"the model has no k-MIP attention layer (attention kinds: {', '.join(kinds) or 'none'})"
         )
