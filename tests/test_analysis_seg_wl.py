@@ -160,22 +160,28 @@ def test_shortest_paths_match_networkx():
             assert hops[u, v] == lengths[u].get(v, -1)
 
 
-def _gps_outputs(data: Data, seed: int) -> torch.Tensor:
-    """Graph-level output of a randomly initialised GPS model (GatedGCN + full attention, RWSE)."""
+def _gps_outputs(data: Data, seed: int, attention: str) -> torch.Tensor:
+    """Graph-level output of a randomly initialised GPS model (GatedGCN + global attention, RWSE)."""
     torch.manual_seed(seed)
-    model = GraphTransformer(1, 16, 4, num_layers=2, task="graph", attention="full", rwse_dim=RWSE_STEPS)
+    model = GraphTransformer(
+        1, 16, 4, num_layers=2, task="graph", attention=attention, k=4, rwse_dim=RWSE_STEPS
+    )
     model.eval()
     rwse = random_walk_se(data.edge_index, data.num_nodes, RWSE_STEPS)
     with torch.no_grad():
         return model(torch.ones(data.num_nodes, 1), data.edge_index, rwse=rwse)[0]
 
 
+@pytest.mark.parametrize("attention", ["full", "kmip"])  # k-MIP with k = 4, fewer keys than nodes
 @pytest.mark.parametrize("name", sorted(KNOWN_PAIRS))
-def test_gps_with_rwse_separates_only_what_seg_wl_separates(name):
+def test_gps_with_rwse_separates_only_what_seg_wl_separates(name, attention):
     first, second, expected = KNOWN_PAIRS[name]
     pair = [_data(first), _data(second)]
     assert seg_wl(pair, "rwse", rwse_steps=RWSE_STEPS).distinguished is expected["rwse"]
-    gaps = [(_gps_outputs(pair[0], s) - _gps_outputs(pair[1], s)).abs().max().item() for s in range(20)]
+    gaps = [
+        (_gps_outputs(pair[0], s, attention) - _gps_outputs(pair[1], s, attention)).abs().max().item()
+        for s in range(20)
+    ]
     if expected["rwse"]:
         assert max(gaps) > 1e-3
     else:
