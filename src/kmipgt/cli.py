@@ -148,6 +148,69 @@ def _add_bench_search(bench: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=_bench_search)
 
 
+def _approx_inputs(args: argparse.Namespace):
+    """Load the run and check the grid and its k-MIP layers (ValueError/FileNotFoundError naming them)."""
+    from kmipgt.analysis.tokens import kmip_layers
+    from kmipgt.bench.approx import k_grid
+    from kmipgt.train import load_run, split_graph
+
+    trainer = load_run(args.run_dir, args.checkpoint)
+    kmip_layers(trainer.model)
+    part = split_graph(trainer, args.split, args.graph)
+    return trainer, part.graph, k_grid(part.graph.num_nodes, args.k)
+
+
+def _bench_approx(args: argparse.Namespace) -> int:
+    from kmipgt.bench.approx import run_approx_benchmark
+
+    try:
+        trainer, graph, ks = _approx_inputs(args)
+    except (FileNotFoundError, ValueError) as error:
+        print(f"kmipgt: error: {error}", file=sys.stderr)
+        return 2
+    out = args.out if args.out is not None else args.run_dir / "approx"
+    meta = {"run": str(args.run_dir), "dataset": trainer.data.name, "split": args.split, "graph": args.graph}
+    result = run_approx_benchmark(
+        trainer.model,
+        graph,
+        lambda: trainer.evaluate(("val", "test")),
+        out,
+        ks=ks,
+        metric=trainer.config.task.metric,
+        meta=meta,
+        save_tokens=args.save_tokens,
+        progress=not args.no_progress,
+    )
+    print("| layer | k | error | mass | overlap |\n|---|---|---|---|---|")
+    for row in result["layers"]:
+        overlap = "—" if row["overlap"] is None else f"{row['overlap']:.4f}"
+        print(f"| {row['layer']} | {row['k']} | {row['error']:.4f} | {row['mass']:.4f} | {overlap} |")
+    metric = result["metric"]
+    for row in metric["inference_k"]:
+        print(f"inference k={row['k']}: val {row['val']:.4f}  test {row['test']:.4f}")
+    full = metric["full_attention"]
+    print(f"full attention: val {full['val']:.4f}  test {full['test']:.4f}")
+    print(f"wrote {out / 'approx.json'}, approx.png and approx_metric.png")
+    return 0
+
+
+def _add_bench_approx(bench: argparse._SubParsersAction) -> None:
+    parser = bench.add_parser(
+        "approx", help="how well a trained run's k-MIP layers approximate full attention, vs k"
+    )
+    parser.add_argument("run_dir", type=Path, help="run directory written by kmipgt train")
+    parser.add_argument(
+        "--k", type=_csv(int), default=None, help="comma-separated k grid (default 1, 2, 4, ..., N)"
+    )
+    parser.add_argument("--split", default="test", help="split whose graph gives the tokens (default test)")
+    parser.add_argument("--graph", type=int, default=0, help="graph of the split (graph/edge-level runs)")
+    parser.add_argument("--checkpoint", choices=("best", "last"), default="best")
+    parser.add_argument("--save-tokens", action="store_true", help="also save q/k/v of every layer")
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default RUN_DIR/approx)")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    parser.set_defaults(handler=_bench_approx)
+
+
 def _data_info(args: argparse.Namespace) -> int:
     from kmipgt.data.catalog import graph_summary, load_dataset
 
@@ -454,6 +517,22 @@ def _analysis_probe(args: argparse.Namespace) -> int:
     return 0
 
 
+def _analysis_wl(args: argparse.Namespace) -> int:
+    from kmipgt.analysis.seg_wl import load_graph, seg_wl
+
+    try:
+        graphs = [load_graph(path) for path in (args.first, args.second)]
+        result = seg_wl(graphs, args.encoding, rwse_steps=args.rwse_steps, features=not args.no_features)
+    except (FileNotFoundError, ValueError) as error:
+        print(f"kmipgt: error: {error}", file=sys.stderr)
+        return 2
+    sizes = " and ".join(f"{g.num_nodes} nodes" for g in graphs)
+    rounds = f"stable after {result.rounds} round{'s' * (result.rounds != 1)}, {result.num_colours} colours"
+    print(f"S-SEG-WL ({args.encoding}) on {sizes}: {rounds}")
+    print("distinguished" if result.distinguished else "not distinguished")
+    return 0
+
+
 def _add_analysis(commands: argparse._SubParsersAction) -> None:
     analysis = commands.add_parser("analysis", help="inspect trained models").add_subparsers(
         dest="analysis_command", required=True
@@ -485,6 +564,15 @@ def _add_analysis(commands: argparse._SubParsersAction) -> None:
     )
     probe.add_argument("--out", type=Path, default=None, help="also write the rows as JSON here")
     probe.set_defaults(handler=_analysis_probe)
+    wl = analysis.add_parser(
+        "wl", help="S-SEG-WL test: can GraphGPS with this structural encoding tell two graphs apart?"
+    )
+    wl.add_argument("first", type=Path, help="a PyG Data saved with torch.save")
+    wl.add_argument("second", type=Path, help="the other graph")
+    wl.add_argument("--encoding", choices=("none", "spd", "rwse"), default="spd", help="default spd")
+    wl.add_argument("--rwse-steps", type=int, default=16, help="walk lengths of --encoding rwse")
+    wl.add_argument("--no-features", action="store_true", help="ignore x: every node starts alike")
+    wl.set_defaults(handler=_analysis_wl)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -497,6 +585,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench_attention(bench)
     _add_bench_search(bench)
     _add_bench_grf(bench)
+    _add_bench_approx(bench)
     _add_data(commands)
     _add_train_eval(commands)
     _add_sweep(commands)

@@ -1,5 +1,6 @@
 """Analysis of trained models and their data: which keys attention attends to, and statistics of them;
-where a label's signal lies (hop vs spatial neighbourhoods).
+the tokens every k-MIP layer attends with; where a label's signal lies (hop vs spatial neighbourhoods);
+the S-SEG-WL test that bounds which graphs GraphGPS can tell apart.
 
 Takes a model and its data (the CLI loads a run through :mod:`kmipgt.train` and hands both in); never
 imports :mod:`kmipgt.train` itself.
@@ -12,23 +13,34 @@ from kmipgt.analysis.explain import (
     attention_modules,
     check_queries,
     explain,
+    run_forward,
     sample_queries,
     select_layers_heads,
 )
 from kmipgt.analysis.hops import hop_distances, undirected_adjacency
 from kmipgt.analysis.probe import hop_means, neighbourhood_probe, spatial_means
+from kmipgt.analysis.seg_wl import WLResult, seg_wl
+from kmipgt.analysis.tokens import LayerTokens, collect_tokens, kmip_layers, load_tokens, save_tokens
 
 __all__ = [
     "EXPLAINABLE_KINDS",
     "HOP_CAP",
+    "LayerTokens",
+    "WLResult",
     "attended_keys",
     "attention_modules",
     "check_queries",
+    "collect_tokens",
     "explain",
     "hop_distances",
     "hop_means",
+    "kmip_layers",
+    "load_tokens",
     "neighbourhood_probe",
+    "run_forward",
     "sample_queries",
+    "save_tokens",
+    "seg_wl",
     "select_layers_heads",
     "spatial_means",
     "undirected_adjacency",

@@ -33,6 +33,7 @@ __all__ = [
     "attention_modules",
     "check_queries",
     "explain",
+    "run_forward",
     "sample_queries",
     "select_layers_heads",
 ]
@@ -86,7 +87,7 @@ def _streaming(
 
 
 @torch.no_grad()
-def _run(model: GraphTransformer, graph: Data) -> None:
+def run_forward(model: GraphTransformer, graph: Data) -> None:
     """One forward of ``model`` over ``graph`` (eval mode, on the model's device)."""
     was_training = model.training
     model.eval()
@@ -149,7 +150,7 @@ def attended_keys(
     with _streaming(
         attention_modules(model), k, lambda layer, selection: kept.append(_rows(selection, queries))
     ):
-        _run(model, graph)
+        run_forward(model, graph)
     return kept
 
 
@@ -375,7 +376,7 @@ def explain(
             }
 
     with _streaming(modules, k, consume):
-        _run(model, graph)
+        run_forward(model, graph)
     bar.close()
     return {
         "k": used_k[0],

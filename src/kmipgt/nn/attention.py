@@ -91,7 +91,8 @@ class _MultiHeadProjections(torch.nn.Module):
         shape = (x.size(0), self.heads, self.head_dim)
         return self.lin_query(x).view(shape), self.lin_key(x).view(shape)
 
-    def _qkv(self, x: Tensor, qk_x: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    def query_key_value(self, x: Tensor, qk_x: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """Query, key (from ``qk_x`` if given) and value tokens ``[N, H, head_dim]``, as the forward uses."""
         query, key = self.query_key(x if qk_x is None else qk_x)
         return query, key, self.lin_value(x).view(query.shape)
 
@@ -162,7 +163,7 @@ class KMIPAttention(_MultiHeadProjections):
         qk_x: Tensor | None = None,
     ) -> Tensor:
         self._check_input(x, batch, qk_x)
-        query, key, value = self._qkv(x, qk_x)
+        query, key, value = self.query_key_value(x, qk_x)
         out = ops.kmip_attention(
             query,
             key,
@@ -213,7 +214,7 @@ class FullAttention(_MultiHeadProjections):
         qk_x: Tensor | None = None,
     ) -> Tensor:
         self._check_input(x, batch, qk_x)
-        query, key, value = self._qkv(x, qk_x)
+        query, key, value = self.query_key_value(x, qk_x)
         out = ops.full_attention(
             query, key, value, batch=batch, dropout_p=self.dropout if self.training else 0.0
         )
@@ -281,7 +282,7 @@ class PerformerAttention(_MultiHeadProjections):
         qk_x: Tensor | None = None,
     ) -> Tensor:
         self._check_input(x, batch, qk_x)
-        query, key, value = self._qkv(x, qk_x)
+        query, key, value = self.query_key_value(x, qk_x)
         if batch is None:
             batch = x.new_zeros(x.size(0), dtype=torch.long)
         num_graphs = int(batch.max()) + 1 if batch.numel() > 0 else 0
