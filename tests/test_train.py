@@ -310,3 +310,14 @@ def test_cli_trains_a_baseline_and_names_the_keys_it_ignores(tmp_path, capsys, c
     assert [r.getMessage() for r in caplog.records] == ["model.kind=gps ignores these model keys: residual"]
     with pytest.raises(ValueError, match=r"model\.kind must be one of"):
         build_model(load_config(None, ["model.kind=gin"]), _community_node_data())
+
+
+def test_config_saved_before_a_key_existed_matches_its_default():
+    from kmipgt.train.config import config_differences, config_to_dict
+
+    current = config_to_dict(load_config(None, ["model.k=8"]))
+    older = config_to_dict(load_config(None, ["model.k=8"]))
+    del older["task"]["label_inputs"], older["optim"]["precision"]
+    assert config_differences(older, current) == []
+    changed = config_to_dict(load_config(None, ["model.k=8", "task.label_inputs=0.5"]))
+    assert config_differences(older, changed) == ["task.label_inputs"]

@@ -214,12 +214,19 @@ def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+def with_defaults(tree: dict) -> dict:
+    """A :func:`config_to_dict` tree with every key it lacks set to its default."""
+    return config_to_dict(_from_dict(Config, tree))
+
+
 def config_differences(saved: dict, current: dict) -> list[str]:
     """Dotted keys whose values differ between two :func:`config_to_dict` trees.
 
-    ``out_dir`` is compared as a resolved path: ``runs/x`` and ``./runs/x/`` are the same run.
+    ``out_dir`` is compared as a resolved path: ``runs/x`` and ``./runs/x/`` are the same run. Keys that
+    ``saved`` lacks (it was written before they existed) count as their defaults, which reproduce what
+    the run did then.
     """
-    saved, current = _flatten(saved), _flatten(current)
+    saved, current = _flatten(with_defaults(saved)), _flatten(current)
     for flat in (saved, current):
         if flat.get("out_dir") is not None:
             flat["out_dir"] = Path(flat["out_dir"]).resolve()

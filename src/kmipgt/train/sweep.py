@@ -37,7 +37,7 @@ import matplotlib
 import yaml
 
 import kmipgt
-from kmipgt.train.config import config_to_dict, load_config
+from kmipgt.train.config import config_to_dict, load_config, with_defaults
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -158,10 +158,11 @@ def cell_state(sweep: Sweep, cell: Cell) -> str:
 def _config_changed(sweep: Sweep, cell: Cell) -> bool:
     """Whether a finished cell was trained with another config than the sweep now asks for (out_dir aside).
 
-    Unset ``threads`` matches any count: the run saved the count it resolved it to.
+    Unset ``threads`` matches any count: the run saved the count it resolved it to. Keys the saved config
+    lacks (written before they existed) count as their defaults.
     """
     with open(cell_dir(sweep, cell) / "config.yaml") as f:
-        saved = yaml.safe_load(f)
+        saved = with_defaults(yaml.safe_load(f))
     expected = config_to_dict(load_config(sweep.base, cell_overrides(sweep, cell)))
     if expected["threads"] is None:
         expected["threads"] = saved.get("threads")
