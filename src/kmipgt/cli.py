@@ -163,11 +163,7 @@ def _approx_inputs(args: argparse.Namespace):
 def _bench_approx(args: argparse.Namespace) -> int:
     from kmipgt.bench.approx import run_approx_benchmark
 
-    try:
-        trainer, graph, ks = _approx_inputs(args)
-    except (FileNotFoundError, ValueError) as error:
-        print(f"kmipgt: error: {error}", file=sys.stderr)
-        return 2
+    trainer, graph, ks = _approx_inputs(args)
     out = args.out if args.out is not None else args.run_dir / "approx"
     meta = {"run": str(args.run_dir), "dataset": trainer.data.name, "split": args.split, "graph": args.graph}
     result = run_approx_benchmark(
@@ -457,11 +453,7 @@ def _analysis_explain(args: argparse.Namespace) -> int:
     from kmipgt.analysis.plots import plot_explanation
     from kmipgt.train.report import write_json
 
-    try:
-        trainer, part, queries = _explain_inputs(args)
-    except (FileNotFoundError, ValueError) as error:
-        print(f"kmipgt: error: {error}", file=sys.stderr)
-        return 2
+    trainer, part, queries = _explain_inputs(args)
     result = explain(
         trainer.model,
         part.graph,
@@ -520,12 +512,8 @@ def _analysis_probe(args: argparse.Namespace) -> int:
 def _analysis_wl(args: argparse.Namespace) -> int:
     from kmipgt.analysis.seg_wl import load_graph, seg_wl
 
-    try:
-        graphs = [load_graph(path) for path in (args.first, args.second)]
-        result = seg_wl(graphs, args.encoding, rwse_steps=args.rwse_steps, features=not args.no_features)
-    except (FileNotFoundError, ValueError) as error:
-        print(f"kmipgt: error: {error}", file=sys.stderr)
-        return 2
+    graphs = [load_graph(path) for path in (args.first, args.second)]
+    result = seg_wl(graphs, args.encoding, rwse_steps=args.rwse_steps, features=not args.no_features)
     sizes = " and ".join(f"{g.num_nodes} nodes" for g in graphs)
     rounds = f"stable after {result.rounds} round{'s' * (result.rounds != 1)}, {result.num_colours} colours"
     print(f"S-SEG-WL ({args.encoding}) on {sizes}: {rounds}")
