@@ -25,7 +25,7 @@ def _copy_attention(layer: GPSLayer, conv: GPSConv) -> None:
             theirs.module.load_state_dict(ours.state_dict())
 
 
-@pytest.mark.parametrize("local", ["gine", "sage"])
+@pytest.mark.parametrize("local", ["gine", "sage", "gcn"])
 @pytest.mark.parametrize("training", [False, True])
 def test_local_mpnn_plus_full_attention_equals_pyg_gpsconv(local, training):
     torch.manual_seed(0)

@@ -7,7 +7,7 @@ from torch_geometric.data import Batch, Data
 
 from kmipgt.nn import FourierFeatures, GatedGCNLayer, GPSLayer, GraphTransformer
 
-LOCALS = ("gatedgcn", "gine", "sage", "none")
+LOCALS = ("gatedgcn", "gine", "sage", "gcn", "none")
 ATTENTIONS = ("kmip", "full", "performer", "none")  # "grf" samples walks per graph: shapes test only
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch_geometric.nn import GINEConv, SAGEConv
+from torch_geometric.nn import GCNConv, GINEConv, SAGEConv
 
 from kmipgt.nn.attention import build_global_attention
 from kmipgt.nn.gated_gcn import GatedGCNLayer
 
-LOCAL_KINDS = ("gatedgcn", "gine", "sage", "none")
+LOCAL_KINDS = ("gatedgcn", "gine", "sage", "gcn", "none")
 EDGE_LOCAL_KINDS = ("gatedgcn", "gine")  # the local MPNNs that read edge features
 NORM_KINDS = ("layer", "batch")
 
@@ -25,7 +25,8 @@ def build_norm(kind: str, channels: int) -> torch.nn.Module:
 
 
 def build_local_mpnn(kind: str, channels: int, dropout: float = 0.0) -> torch.nn.Module | None:
-    """GatedGCN (with edge updates), GINE (PyG ``GINEConv``), GraphSAGE (PyG ``SAGEConv``) or ``None``."""
+    """GatedGCN (with edge updates), GINE (PyG ``GINEConv``), GraphSAGE (PyG ``SAGEConv``), GCN (PyG
+    ``GCNConv``, symmetric normalisation with self-loops) or ``None``."""
     if kind == "gatedgcn":
         return GatedGCNLayer(channels, dropout=dropout, residual=True)
     if kind == "gine":
@@ -35,6 +36,8 @@ def build_local_mpnn(kind: str, channels: int, dropout: float = 0.0) -> torch.nn
         return GINEConv(mlp, edge_dim=channels)
     if kind == "sage":
         return SAGEConv(channels, channels)
+    if kind == "gcn":
+        return GCNConv(channels, channels)
     if kind == "none":
         return None
     raise ValueError(f"local MPNN must be one of {LOCAL_KINDS}, got {kind!r}")
@@ -49,7 +52,7 @@ class GPSLayer(torch.nn.Module):
         \mathbf{h}' &= \mathrm{Norm}(\mathbf{h}_L + \mathbf{h}_G + \mathrm{FFN}(\mathbf{h}_L + \mathbf{h}_G))
 
     GatedGCN carries its own residual, dropout and edge update (GraphGPS's ``CustomGatedGCN`` wiring);
-    GINE keeps the edge features unchanged; GraphSAGE ignores them. Either branch may be absent
+    GINE keeps the edge features unchanged; GraphSAGE and GCN ignore them. Either branch may be absent
     (``local="none"`` or ``attention="none"``), but not both.
 
     With ``attention_gate=True`` (and a local MPNN) the attention enters as a gated residual of the

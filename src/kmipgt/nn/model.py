@@ -113,7 +113,7 @@ class GraphTransformer(torch.nn.Module):
         num_layers: number of GPS layers.
         task: one of :data:`TASKS`.
         edge_channels: raw edge feature size (0: featureless edges).
-        local: local MPNN kind (``"gatedgcn"``, ``"gine"``, ``"sage"``, ``"none"``).
+        local: local MPNN kind (``"gatedgcn"``, ``"gine"``, ``"sage"``, ``"gcn"``, ``"none"``).
         attention: global attention kind (``"kmip"``, ``"full"``, ``"performer"``, ``"none"``, ...).
         heads: attention heads.
         k: keys per query for k-MIP attention.
