@@ -195,3 +195,21 @@ def test_activation_checkpointing_saves_fewer_activations():
             model(graph.x, graph.edge_index, edge_attr=graph.edge_attr)
         saved.append(sum(numel))
     assert saved[1] < saved[0] / 3
+
+
+@pytest.mark.parametrize("attention", ["none", "kmip"])
+def test_gps_layer_without_residual_and_ffn_is_a_gcn_layer_plus_attention(attention):
+    torch.manual_seed(0)
+    graph = _random_graph(30, channels=16)
+    layer = GPSLayer(16, local="gcn", attention=attention, k=4, branch_residual=False, ffn=False).eval()
+    out, _ = layer(graph.x, graph.edge_index)
+    expected = layer.norm_local(layer.local(graph.x, graph.edge_index))
+    if attention != "none":
+        expected = expected + layer.norm_attn(layer.attention(graph.x))
+    torch.testing.assert_close(out, F.gelu(expected))
+    assert not any(name.startswith(("ffn", "norm_ffn")) for name, _ in layer.named_parameters())
+
+
+def test_gps_layer_branch_residual_reaches_gated_gcn():
+    assert GPSLayer(8, local="gatedgcn", attention="none").local.residual
+    assert not GPSLayer(8, local="gatedgcn", attention="none", branch_residual=False).local.residual

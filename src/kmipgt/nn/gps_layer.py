@@ -24,11 +24,14 @@ def build_norm(kind: str, channels: int) -> torch.nn.Module:
     raise ValueError(f"norm must be one of {NORM_KINDS}, got {kind!r}")
 
 
-def build_local_mpnn(kind: str, channels: int, dropout: float = 0.0) -> torch.nn.Module | None:
+def build_local_mpnn(
+    kind: str, channels: int, dropout: float = 0.0, residual: bool = True
+) -> torch.nn.Module | None:
     """GatedGCN (with edge updates), GINE (PyG ``GINEConv``), GraphSAGE (PyG ``SAGEConv``), GCN (PyG
-    ``GCNConv``, symmetric normalisation with self-loops) or ``None``."""
+    ``GCNConv``, symmetric normalisation with self-loops) or ``None``. ``residual`` is GatedGCN's own
+    residual connection; :class:`GPSLayer` adds the others'."""
     if kind == "gatedgcn":
-        return GatedGCNLayer(channels, dropout=dropout, residual=True)
+        return GatedGCNLayer(channels, dropout=dropout, residual=residual)
     if kind == "gine":
         mlp = torch.nn.Sequential(
             torch.nn.Linear(channels, channels), torch.nn.ReLU(), torch.nn.Linear(channels, channels)
@@ -63,6 +66,11 @@ class GPSLayer(torch.nn.Module):
 
     with a per-channel :math:`\boldsymbol{\alpha}` initialised at zero: at initialisation the layer is
     exactly the MPNN-only layer, and the attention is used only as far as the training signal asks for it.
+
+    With ``branch_residual=False`` the branches drop their ``h +`` (a GCN-style layer replaces each node by
+    its aggregate instead of adding to it), and with ``ffn=False`` the layer ends with the activation
+    instead of the FFN block, :math:`\mathbf{h}' = \sigma(\mathbf{h}_L + \mathbf{h}_G)`. Both off with
+    ``local="gcn"`` make a GCN layer with a global-attention branch beside it (SGFormer's combination).
     ``forward(..., qk_x=...)`` lets the attention's queries and keys come from another input (e.g. the
     positional encodings; build the layer with ``qk_channels``) while its values come from ``x``.
 
@@ -76,6 +84,8 @@ class GPSLayer(torch.nn.Module):
         norm: ``"layer"`` or ``"batch"``.
         activation: FFN activation (``"gelu"`` or ``"relu"``).
         attention_gate: add the attention to the local branch through a zero-initialised gate.
+        branch_residual: add the layer input to each branch's output.
+        ffn: end with the feed-forward block (else with the activation alone).
         **attention_kwargs: passed to the attention factory (``k``, ``head_dim``, ``qk_channels``, ...).
     """
 
@@ -90,6 +100,8 @@ class GPSLayer(torch.nn.Module):
         norm: str = "layer",
         activation: str = "gelu",
         attention_gate: bool = False,
+        branch_residual: bool = True,
+        ffn: bool = True,
         **attention_kwargs,
     ):
         super().__init__()
@@ -100,7 +112,8 @@ class GPSLayer(torch.nn.Module):
         self.attention_kind = attention
         self.dropout = dropout
         self.activation = activation
-        self.local = build_local_mpnn(local, channels, dropout)
+        self.branch_residual = branch_residual
+        self.local = build_local_mpnn(local, channels, dropout, residual=branch_residual)
         self.attention = build_global_attention(
             attention, channels, heads, dropout=attn_dropout, **attention_kwargs
         )
@@ -113,9 +126,11 @@ class GPSLayer(torch.nn.Module):
             build_norm(norm, channels) if self.attention is not None and not attention_gate else None
         )
         self.attention_gate = torch.nn.Parameter(torch.zeros(channels)) if attention_gate else None
-        self.ffn_in = torch.nn.Linear(channels, 2 * channels)
-        self.ffn_out = torch.nn.Linear(2 * channels, channels)
-        self.norm_ffn = build_norm(norm, channels)
+        self.ffn = ffn
+        if ffn:
+            self.ffn_in = torch.nn.Linear(channels, 2 * channels)
+            self.ffn_out = torch.nn.Linear(2 * channels, channels)
+            self.norm_ffn = build_norm(norm, channels)
 
     def reset_parameters(self) -> None:
         for module in self.children():
@@ -129,12 +144,15 @@ class GPSLayer(torch.nn.Module):
             h, edge_attr = self.local(x, edge_index, edge_attr)
         else:
             args = (edge_attr,) if self.local_kind in EDGE_LOCAL_KINDS else ()
-            h = x + F.dropout(self.local(x, edge_index, *args), self.dropout, self.training)
+            h = F.dropout(self.local(x, edge_index, *args), self.dropout, self.training)
+            h = x + h if self.branch_residual else h
         return self.norm_local(h), edge_attr
 
+    def _act(self, x: Tensor) -> Tensor:
+        return F.gelu(x) if self.activation == "gelu" else F.relu(x)
+
     def _ffn(self, x: Tensor) -> Tensor:
-        act = F.gelu if self.activation == "gelu" else F.relu
-        h = F.dropout(act(self.ffn_in(x)), self.dropout, self.training)
+        h = F.dropout(self._act(self.ffn_in(x)), self.dropout, self.training)
         return F.dropout(self.ffn_out(h), self.dropout, self.training)
 
     def _attention(
@@ -146,7 +164,7 @@ class GPSLayer(torch.nn.Module):
         h = F.dropout(h, self.dropout, self.training)
         if self.attention_gate is not None:
             return self.attention_gate * h
-        return self.norm_attn(x + h)
+        return self.norm_attn(x + h if self.branch_residual else h)
 
     def forward(
         self,
@@ -169,6 +187,8 @@ class GPSLayer(torch.nn.Module):
         if self.attention is not None:
             branches.append(self._attention(x, edge_index, batch, qk_x))
         h = sum(branches)
+        if not self.ffn:
+            return F.dropout(self._act(h), self.dropout, self.training), edge_attr
         return self.norm_ffn(h + self._ffn(h)), edge_attr
 
     def __repr__(self) -> str:

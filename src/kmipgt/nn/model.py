@@ -138,6 +138,8 @@ class GraphTransformer(torch.nn.Module):
             (see :class:`~kmipgt.nn.gps_layer.GPSLayer`).
         attention_layers: indices of the layers that have global attention (default: all); negative
             indices count from the last layer.
+        branch_residual, ffn: see :class:`~kmipgt.nn.gps_layer.GPSLayer` (both ``False`` with ``local="gcn"``:
+            GCN layers with an attention branch beside them).
         checkpoint: activation checkpointing per GPS layer in training (non-reentrant
             ``torch.utils.checkpoint``): only each layer's inputs are kept for backward and the layer is
             recomputed there, trading one more forward pass for the layer's activations. Dropout masks and
@@ -171,6 +173,8 @@ class GraphTransformer(torch.nn.Module):
         attention_qk: str = "hidden",
         attention_gate: bool = False,
         attention_layers: list[int] | tuple[int, ...] | None = None,
+        branch_residual: bool = True,
+        ffn: bool = True,
         checkpoint: bool = False,
     ):
         super().__init__()
@@ -209,6 +213,8 @@ class GraphTransformer(torch.nn.Module):
                 norm=norm,
                 activation=activation,
                 attention_gate=attention_gate and i in with_attention,
+                branch_residual=branch_residual,
+                ffn=ffn,
                 k=k,
                 head_dim=head_dim,
                 **({"qk_channels": qk_channels} if i in with_attention and qk_channels else {}),

@@ -40,8 +40,9 @@ class BranchMonitor:
     of the gradient on each branch's parameters, averaged over the training steps of an epoch.
 
     The local contribution is the MPNN's update before the residual (GatedGCN adds its own residual, so its
-    input is subtracted); the attention contribution is the attention module's output before dropout and
-    the residual (or gate). Gradient norms are taken before clipping. Evaluation passes are not recorded.
+    input is subtracted when it does); the attention contribution is the attention module's output before
+    dropout and the residual (or gate). Gradient norms are taken before clipping. Evaluation passes are
+    not recorded.
     """
 
     def __init__(self, model: torch.nn.Module):
@@ -64,7 +65,7 @@ class BranchMonitor:
             # the repeat adds the same value again and leaves the mean unchanged.
             if not module.training:
                 return
-            if isinstance(module, GatedGCNLayer):
+            if isinstance(module, GatedGCNLayer) and module.residual:
                 output = output[0] - args[0]
             self._add(f"L{index}_{branch}_out", _rms(output))
 

@@ -61,8 +61,9 @@ class ModelConfig:
     ``channels``, ``num_layers``, ``dropout``, encoder and head keys mean the same for every kind; ``local``,
     ``attention``, ``heads``, ``k``, ``head_dim``, ``attn_dropout``, ``attention_options`` and the
     ``attention_qk`` / ``attention_gate`` / ``attention_layers`` options (what queries and keys see, a
-    zero-initialised gate on the attention branch, which layers have attention) and ``checkpoint``
-    (activation checkpointing per layer, to train larger graphs in less memory) are GPS-only;
+    zero-initialised gate on the attention branch, which layers have attention), ``branch_residual`` and
+    ``ffn`` (the GPS layer's residuals and feed-forward block) and ``checkpoint`` (activation
+    checkpointing per layer, to train larger graphs in less memory) are GPS-only;
     ``residual`` and ``baseline_options`` (keyword arguments of the PyG model) are for baselines.
     """
 
@@ -86,6 +87,8 @@ class ModelConfig:
     attention_qk: str = "hidden"
     attention_gate: bool = False
     attention_layers: list[int] | None = None
+    branch_residual: bool = True
+    ffn: bool = True
     checkpoint: bool = False
     residual: bool = False
     baseline_options: dict[str, Any] = field(default_factory=dict)

@@ -59,7 +59,7 @@ _SHARED_MODEL_KEYS = (
 )
 _GPS_MODEL_KEYS = (
     "local", "attention", "heads", "k", "head_dim", "attn_dropout", "norm", "activation", "attention_options",
-    "attention_qk", "attention_gate", "attention_layers", "checkpoint",
+    "attention_qk", "attention_gate", "attention_layers", "branch_residual", "ffn", "checkpoint",
 )
 _CONFIG_KEY = {"options": "baseline_options"}  # BaselineModel argument -> ModelConfig key, where they differ
 
