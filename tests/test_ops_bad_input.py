@@ -174,3 +174,27 @@ def test_half_precision_full_attention_topk_weights_match_float32():
     torch.testing.assert_close(half.index, single.index)
     torch.testing.assert_close(half.weight, single.weight, rtol=1e-3, atol=1e-3)
     torch.testing.assert_close(half.mass, single.mass, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("name", ["query", "key", "value"])
+def test_unchecked_nan_never_leaks_through_padding_slots(name):
+    # Found by test_ops_properties.py: the padding slots of a graph smaller than k gathered row 0 with
+    # weight 0, and 0·NaN put graph 0's NaN into every small graph.
+    query, key, value, ptr = _ragged([6, 2, 1], dtype=torch.float64)
+    inputs = {"query": query, "key": key, "value": value}
+    inputs[name] = _poison(inputs[name], 0, float("nan"))
+    out = kmip_attention(*inputs.values(), 4, ptr=ptr, backend="torch", check_finite=False)
+    ref = reference_attention(query, key, value, 4, ptr.tolist())
+    torch.testing.assert_close(out[6:], ref[6:])
+
+
+@pytest.mark.parametrize("name", ["query", "key"])
+def test_unchecked_nan_in_an_ivf_index_stays_in_its_graph(name):
+    # Found by test_ops_properties.py: a NaN query selects no inverted list (-1), and the probe grouping
+    # wrote out of bounds: the process aborted.
+    query, key, _, ptr = _ragged([1100, 40], dim=4)
+    inputs = {"query": query, "key": key}
+    inputs[name] = _poison(inputs[name], 3, float("nan"))
+    _, index = topk_inner_product(*inputs.values(), 5, ptr=ptr, backend="ivf", check_finite=False)
+    _, ref_index = reference_topk(query, key, 5, ptr.tolist())
+    np.testing.assert_array_equal(index[1100:].numpy(), ref_index[1100:])

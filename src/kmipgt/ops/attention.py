@@ -124,7 +124,10 @@ class _SelectedSoftmaxAttention(torch.autograd.Function):
         # saved anyway), so callers can inspect exactly what the forward used.
         ctx.set_materialize_grads(False)
         valid = index >= 0
-        safe = index.clamp(min=0)
+        # Padding slots (graphs smaller than k) gather the query's own row: their weight is 0, but 0·NaN is
+        # NaN, so a row of another graph (e.g. row 0) would leak an unchecked NaN into this graph.
+        own_row = torch.arange(index.shape[0], device=index.device)[:, None, None]
+        safe = torch.where(valid, index, own_row)
         # Half-precision inputs get a float32 softmax; float64 stays float64.
         logits = _gathered_dot(query, key, safe) * scale
         logits.masked_fill_(~valid, float("-inf"))

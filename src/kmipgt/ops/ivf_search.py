@@ -77,7 +77,12 @@ def _top_centroids(points: Tensor, centroids: Tensor, bias: Tensor, count: int) 
             torch.tensor([0, num_points]),
             torch.arange(num_points),
         )
-        return index[:, 0]
+        index = index[:, 0]
+        # The kernel selects nothing (-1) for a NaN score, and -1 would make group_probes write out of
+        # bounds (the process aborted with check_finite=False and a NaN input). Such rows probe the first
+        # lists instead: results for non-finite inputs are unspecified, but stay within their graph.
+        index[(index < 0).any(-1)] = torch.arange(count)
+        return index
     chunk = max(1, _CHUNK_ELEMENTS // (4 * centroids.shape[0]))
     out = []
     for i in range(0, points.shape[0], chunk):
