@@ -6,8 +6,8 @@ the documented error. The rules are those of docs/reliability.md.
 Two kinds of data: "grid" values (small integers times a power of two) whose scores are exact in float32,
 so every backend must return exactly the reference's indices and scores, ties included; and Gaussian
 values, where a float32 ranking may order two keys whose scores differ by rounding error differently from
-the float64 reference, so indices are compared up to such near-ties (exact duplicates still must follow
-the tie rule).
+the float64 reference, so indices are compared up to such near-ties (duplicated keys must still follow the
+tie rule where the fused kernel scores: see Backend.fused_scores).
 """
 
 import contextlib
