@@ -213,3 +213,14 @@ def test_gps_layer_without_residual_and_ffn_is_a_gcn_layer_plus_attention(attent
 def test_gps_layer_branch_residual_reaches_gated_gcn():
     assert GPSLayer(8, local="gatedgcn", attention="none").local.residual
     assert not GPSLayer(8, local="gatedgcn", attention="none", branch_residual=False).local.residual
+
+
+def test_attention_gate_is_ignored_without_attention():
+    graph = _random_graph(20)
+    models = []
+    for gate in (False, True):
+        torch.manual_seed(0)
+        model = GraphTransformer(6, 16, 3, edge_channels=3, attention="none", attention_gate=gate)
+        models.append(model.eval())
+    out = [m(graph.x, graph.edge_index, edge_attr=graph.edge_attr) for m in models]
+    torch.testing.assert_close(out[1], out[0])

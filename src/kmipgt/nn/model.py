@@ -135,7 +135,8 @@ class GraphTransformer(torch.nn.Module):
             its neighbourhood in the encoding. ``"position"``: the same with the Fourier features of the
             coordinates only (no LapPE/RWSE, whose structural similarity is blind to location).
         attention_gate: attention as a zero-initialised gated residual of the local branch
-            (see :class:`~kmipgt.nn.gps_layer.GPSLayer`).
+            (see :class:`~kmipgt.nn.gps_layer.GPSLayer`); ignored with ``attention="none"``, so a gated
+            recipe's MPNN-only ablation is one override.
         attention_layers: indices of the layers that have global attention (default: all); negative
             indices count from the last layer.
         branch_residual, ffn: see :class:`~kmipgt.nn.gps_layer.GPSLayer` (both ``False`` with ``local="gcn"``:
@@ -212,7 +213,7 @@ class GraphTransformer(torch.nn.Module):
                 attn_dropout=attn_dropout,
                 norm=norm,
                 activation=activation,
-                attention_gate=attention_gate and i in with_attention,
+                attention_gate=attention_gate and attention != "none" and i in with_attention,
                 branch_residual=branch_residual,
                 ffn=ffn,
                 k=k,
