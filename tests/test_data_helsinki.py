@@ -30,3 +30,15 @@ def test_helsinki_is_a_simplified_connected_road_network():
         ball = nx.single_source_shortest_path_length(weighted, node, cutoff=16)
         expected = nx.eccentricity(weighted.subgraph(ball), v=node, weight="length")
         assert abs(float(data.eccentricity[node]) - expected) < 1e-6
+
+
+@pytest.mark.slow
+def test_helsinki_is_a_training_dataset():
+    from kmipgt.train import load_config
+    from kmipgt.train.datasets import prepare_data
+
+    data = prepare_data(load_config("configs/city_networks.yaml", ["data.name=helsinki", "data.options={}"]))
+    graph = helsinki()
+    assert data.level == "node" and data.graph.num_nodes == graph.num_nodes
+    assert data.in_channels == len(HELSINKI_FEATURES)
+    assert torch.equal(data.graph.y, graph.y) and torch.equal(data.graph.train_mask, graph.train_mask)
