@@ -25,7 +25,7 @@ from kmipgt.ops import full_attention, kmip_attention, topk_inner_product
 from reference import reference_attention, reference_topk
 
 pytest.importorskip("hypothesis")
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
@@ -302,6 +302,9 @@ def _assert_attention_close(case: Case, out, ref, value, rows=None):
 @ATTENTION_SETTINGS
 @given(case=cases(tensors=("query", "key", "value")))
 def test_kmip_attention_matches_reference_or_raises_the_documented_error(backend, case):
+    # Identical keys with inexact products may be ranked either way where BLAS scores them (see
+    # Backend.fused_scores), and then attend to different values: only the search test checks those.
+    assume(not case.duplicates or case.grid or backend.fused_scores(case.dtype))
     inputs = _inputs(case)
     tensors = [inputs[name].to(backend.device) for name in ("query", "key", "value")]
 
