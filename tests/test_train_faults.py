@@ -1,6 +1,7 @@
 """Run directories and the CLI under bad input and faults (docs/reliability.md)."""
 
 import errno
+import io
 import json
 import os
 import random
@@ -15,7 +16,7 @@ import yaml
 
 import kmipgt
 from kmipgt.cli import main
-from kmipgt.train.checkpoint import load_checkpoint
+from kmipgt.train.checkpoint import load_checkpoint, save_checkpoint
 
 BASE = ["--set", "data.name=digits_knn", "--set", "model.num_layers=1", "--set", "model.channels=8",
         "--set", "model.k=4", "--set", "device=cpu", "--set", "threads=1"]
@@ -233,3 +234,49 @@ def test_sigkill_during_checkpoint_writes_then_resume_equals_an_uninterrupted_ru
     metrics = [json.loads((d / "metrics.json").read_text()) for d in (out, reference)]
     for key in ("train", "val", "test", "best_epoch", "epochs"):
         assert metrics[0][key] == metrics[1][key]
+
+
+def _save_then_die(path: Path, version: int, stage: str, share: float) -> int:
+    """Fork a child that writes checkpoint ``version`` and SIGKILLs itself at ``stage`` of the write:
+    part-way through the bytes, before the fsync, or before the rename. Returns the child's wait status."""
+    pid = os.fork()
+    if pid == 0:  # the child never returns into pytest
+        try:
+            real_save = torch.save
+
+            def die(*args, **kwargs):
+                os.kill(os.getpid(), signal.SIGKILL)
+
+            def partial_save(obj, handle):
+                buffer = io.BytesIO()
+                real_save(obj, buffer)
+                handle.write(buffer.getvalue()[: int(share * len(buffer.getvalue()))])
+                handle.flush()
+                die()
+
+            if stage == "bytes":
+                torch.save = partial_save
+            else:
+                setattr(os, stage, die)
+            save_checkpoint(path, model={"w": torch.full((4096,), float(version))}, version=version)
+        finally:
+            os._exit(0)
+    return os.waitpid(pid, 0)[1]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_twenty_sigkills_during_checkpoint_writes_leave_the_last_complete_checkpoint(tmp_path):
+    path, rng = tmp_path / "last.pt", random.Random(0)
+    save_checkpoint(path, model={"w": torch.zeros(4096)}, version=0)
+    stages = []
+    for version in range(1, 21):
+        stage = rng.choice(("bytes", "fsync", "replace"))
+        status = _save_then_die(path, version, stage, rng.random())
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+        checkpoint = load_checkpoint(path)  # complete: the previous version, never a truncated one
+        assert checkpoint["version"] == version - 1
+        assert torch.equal(checkpoint["model"]["w"], torch.full((4096,), float(version - 1)))
+        save_checkpoint(path, model={"w": torch.full((4096,), float(version))}, version=version)
+        stages.append(stage)
+    assert set(stages) == {"bytes", "fsync", "replace"}
+    assert load_checkpoint(path)["version"] == 20
