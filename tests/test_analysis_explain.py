@@ -16,6 +16,7 @@ import kmipgt.analysis.hops as hops_module
 from kmipgt.analysis import attended_keys, explain, hop_distances, undirected_adjacency
 from kmipgt.cli import main
 from kmipgt.nn import GraphTransformer, KMIPAttention
+from tiny_runs import train_tiny_city
 
 # The module, not the function of the same name that kmipgt.analysis exports.
 explain_module = importlib.import_module("kmipgt.analysis.explain")
@@ -242,33 +243,6 @@ def test_layer_head_and_kind_are_checked():
         attended_keys(_model("performer"), graph)
 
 
-def _train_city(out, attention="kmip"):
-    main(
-        [
-            "train",
-            "--no-progress",
-            "--config",
-            "configs/synthetic_city.yaml",
-            "--set",
-            f"out_dir={out}",
-            "--set",
-            "data.options={num_nodes: 600, seed: 0}",
-            "--set",
-            "model.num_layers=2",
-            "--set",
-            "model.channels=16",
-            "--set",
-            f"model.attention={attention}",
-            "--set",
-            "optim.epochs=2",
-            "--set",
-            "optim.warmup_epochs=1",
-            "--set",
-            "device=cpu",
-        ]
-    )
-
-
 def _explain_cli(capsys, *args):
     code = main(["analysis", "explain", "--no-progress", *map(str, args)])
     return code, capsys.readouterr()
@@ -278,7 +252,7 @@ def _explain_cli(capsys, *args):
 def test_cli_explains_a_trained_synthetic_city(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(Path(__file__).parents[1])
     run = tmp_path / "run"
-    _train_city(run)
+    train_tiny_city(run)
     capsys.readouterr()
     out = tmp_path / "explain"
     code, printed = _explain_cli(capsys, run, "--nodes", "0,17,599", "--out", out)
@@ -322,7 +296,7 @@ def test_cli_explains_a_trained_synthetic_city(tmp_path, capsys, monkeypatch):
     no_checkpoint.mkdir()
     shutil.copy(run / "config.yaml", no_checkpoint / "config.yaml")
     performer = tmp_path / "performer"
-    _train_city(performer, attention="performer")
+    train_tiny_city(performer, attention="performer")
     capsys.readouterr()
     cases = [
         ((no_checkpoint,), "best.pt"),

@@ -14,6 +14,7 @@ from kmipgt.cli import main
 from kmipgt.nn import GraphTransformer
 from kmipgt.ops import kmip_attention, topk_inner_product
 from reference import reference_attention, reference_topk
+from tiny_runs import train_tiny_city
 
 
 def _tokens(num_nodes=60, heads=2, dim=4, dim_v=3, seed=0, spread=2.0):
@@ -157,26 +158,11 @@ def test_inference_k_at_n_and_the_full_attention_swap_agree_and_restore():
         kmip_layers(_model(attention="full"))
 
 
-def _train_city(out, attention="kmip"):
-    main(
-        [
-            "train",
-            "--no-progress",
-            "--config",
-            "configs/synthetic_city.yaml",
-            *("--set", f"out_dir={out}", "--set", "data.options={num_nodes: 300, seed: 0}"),
-            *("--set", "model.num_layers=2", "--set", "model.channels=16", "--set", "threads=1"),
-            *("--set", f"model.attention={attention}", "--set", "optim.epochs=2"),
-            *("--set", "optim.warmup_epochs=1", "--set", "device=cpu"),
-        ]
-    )
-
-
 @pytest.mark.slow
 def test_cli_on_a_trained_synthetic_city(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(Path(__file__).parents[1])
     run = tmp_path / "run"
-    _train_city(run)
+    train_tiny_city(run, num_nodes=300)
     capsys.readouterr()
     out = tmp_path / "approx"
     code = main(["bench", "approx", str(run), "--out", str(out), "--no-progress", "--save-tokens"])
@@ -203,7 +189,7 @@ def test_cli_on_a_trained_synthetic_city(tmp_path, capsys, monkeypatch):
     assert [t.layer for t in load_tokens(out / "tokens.pt")] == [0, 1]
 
     none_run = tmp_path / "none"
-    _train_city(none_run, attention="none")
+    train_tiny_city(none_run, attention="none", num_nodes=300)
     capsys.readouterr()
     cases = [
         ((none_run,), "no k-MIP attention layer"),
