@@ -217,7 +217,7 @@ def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def with_defaults(tree: dict) -> dict:
+def _with_defaults(tree: dict) -> dict:
     """A :func:`config_to_dict` tree with every key it lacks set to its default."""
     return config_to_dict(_from_dict(Config, tree))
 
@@ -229,7 +229,7 @@ def config_differences(saved: dict, current: dict) -> list[str]:
     ``saved`` lacks (it was written before they existed) count as their defaults, which reproduce what
     the run did then.
     """
-    saved, current = _flatten(with_defaults(saved)), _flatten(current)
+    saved, current = _flatten(_with_defaults(saved)), _flatten(current)
     for flat in (saved, current):
         if flat.get("out_dir") is not None:
             flat["out_dir"] = Path(flat["out_dir"]).resolve()

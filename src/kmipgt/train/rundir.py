@@ -7,10 +7,9 @@ import json
 from pathlib import Path
 
 import torch
-import yaml
 
 from kmipgt.train.atomic import TEMP_SUFFIX
-from kmipgt.train.config import Config
+from kmipgt.train.config import Config, load_config
 from kmipgt.train.validation import validate_config
 
 __all__ = ["RUN_FILES", "RunDirError", "prepare_run"]
@@ -35,13 +34,7 @@ def _describe(run_dir: Path, present: list[str]) -> str:
 def _saved_threads(run_dir: Path) -> int | None:
     """``threads`` of the run's saved ``config.yaml`` (None where the run left it to torch)."""
     path = run_dir / "config.yaml"
-    if not path.is_file():
-        return None
-    try:
-        saved = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as error:
-        raise ValueError(f"{path} is not valid YAML: {' '.join(str(error).split())}") from error
-    return saved.get("threads") if isinstance(saved, dict) else None
+    return load_config(path).threads if path.is_file() else None
 
 
 def prepare_run(config: Config, *, resume: bool = False, overwrite: bool = False) -> Config:

@@ -37,7 +37,7 @@ import matplotlib
 import yaml
 
 import kmipgt
-from kmipgt.train.config import config_to_dict, load_config, with_defaults
+from kmipgt.train.config import config_differences, config_to_dict, load_config
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -162,11 +162,11 @@ def _config_changed(sweep: Sweep, cell: Cell) -> bool:
     lacks (written before they existed) count as their defaults.
     """
     with open(cell_dir(sweep, cell) / "config.yaml") as f:
-        saved = with_defaults(yaml.safe_load(f))
+        saved = yaml.safe_load(f)
     expected = config_to_dict(load_config(sweep.base, cell_overrides(sweep, cell)))
     if expected["threads"] is None:
         expected["threads"] = saved.get("threads")
-    return {**saved, "out_dir": None} != {**expected, "out_dir": None}
+    return bool(set(config_differences(saved, expected)) - {"out_dir"})
 
 
 @dataclass

@@ -35,6 +35,7 @@ from kmipgt.train.metrics import compute_metric, higher_is_better
 from kmipgt.train.report import plot_curves, write_csv, write_json
 
 LOSSES = ("cross_entropy", "bce", "l1")
+PRECISIONS = ("fp32", "bf16")
 logger = logging.getLogger(__name__)
 
 
@@ -86,8 +87,6 @@ def _build_baseline(config: Config, data: PreparedData) -> BaselineModel:
     own = {name: getattr(m, _CONFIG_KEY.get(name, name)) for name in KIND_ARGUMENTS[m.kind]}
     return BaselineModel(m.kind, **_shared_arguments(config, data), **own)
 
-
-PRECISIONS = ("fp32", "bf16")
 
 # config ``model.kind`` -> builder of the model sized for the data
 MODEL_BUILDERS = {"gps": _build_gps, **dict.fromkeys(BASELINE_KINDS, _build_baseline)}
