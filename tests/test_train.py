@@ -321,3 +321,16 @@ def test_config_saved_before_a_key_existed_matches_its_default():
     assert config_differences(older, current) == []
     changed = config_to_dict(load_config(None, ["model.k=8", "task.label_inputs=0.5"]))
     assert config_differences(older, changed) == ["task.label_inputs"]
+
+
+def test_saved_tokens_of_position_keyed_attention_come_from_the_encodings(tmp_path):
+    from kmipgt.analysis.tokens import collect_tokens
+
+    config = _toy_config(tmp_path, attention="kmip")
+    config.model.coord_columns, config.model.num_frequencies = [0, 1], 2
+    config.model.attention_qk = "position"
+    trainer = Trainer(config, _toy_graph_data())
+    tokens = torch.load(trainer.save_tokens())
+    first = collect_tokens(trainer.model, trainer.data.splits["test"][0])[0]
+    torch.testing.assert_close(tokens["query"], first.query)
+    torch.testing.assert_close(tokens["key"], first.key)

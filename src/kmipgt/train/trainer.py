@@ -454,13 +454,15 @@ class Trainer:
         if self.model.layers[0].attention is None:
             raise ValueError("save_tokens needs a model whose first layer has global attention")
         attention = self.model.layers[0].attention
-        if not hasattr(attention, "query_key"):
+        if not hasattr(attention, "query_key_value"):
             raise ValueError(f"{type(attention).__name__} does not expose query/key tokens")
         graph = self.data.graph if self.data.level == "node" else self.data.splits["test"][0]
         captured = {}
 
         def capture(module, args, kwargs):
-            captured["query"], captured["key"] = module.query_key(args[0])
+            # Position-keyed attention projects its queries and keys from qk_x, not from the layer input.
+            query, key, _ = module.query_key_value(args[0], kwargs.get("qk_x"))
+            captured["query"], captured["key"] = query, key
 
         self.model.eval()
         handle = attention.register_forward_pre_hook(capture, with_kwargs=True)
