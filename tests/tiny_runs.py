@@ -1,6 +1,12 @@
-"""Tiny trained runs for the tests of commands that read a run directory (explain, bench approx)."""
+"""Tiny data and runs shared by tests: a toy node-level graph and config, a trained tiny synthetic city."""
+
+import torch
+from torch_geometric.data import Data
+from torch_geometric.utils import to_undirected
 
 from kmipgt.cli import main
+from kmipgt.train import load_config
+from kmipgt.train.datasets import PreparedData
 
 
 def train_tiny_city(out, attention: str = "kmip", num_nodes: int = 600) -> None:
@@ -13,3 +19,23 @@ def train_tiny_city(out, attention: str = "kmip", num_nodes: int = 600) -> None:
         *("--set", "optim.warmup_epochs=1", "--set", "device=cpu"),
     ])
     assert code == 0
+
+
+def toy_node_data(num_nodes=60, seed=0) -> PreparedData:
+    """A random node-classification graph with a 1/3 train/val/test split."""
+    gen = torch.Generator().manual_seed(seed)
+    edge_index = to_undirected(torch.randint(0, num_nodes, (2, 3 * num_nodes), generator=gen))
+    x = torch.randn(num_nodes, 5, generator=gen)
+    masks = torch.arange(num_nodes) % 3
+    graph = Data(x=x, edge_index=edge_index, edge_attr=torch.randn(edge_index.size(1), 1, generator=gen),
+                 y=(x[:, 0] > 0).long(), train_mask=masks == 0, val_mask=masks == 1, test_mask=masks == 2)
+    return PreparedData("node", graph, None, in_channels=5, edge_channels=1, out_channels=2, name="toy")
+
+
+def toy_node_config(out_dir, local="gatedgcn", epochs=3):
+    """A 2-layer, 8-channel GPS run on CPU with branch logging, written to ``out_dir``."""
+    return load_config(None, [
+        f"out_dir={out_dir}", f"optim.epochs={epochs}", "optim.warmup_epochs=0", "optim.grad_clip=0",
+        "model.channels=8", "model.num_layers=2", f"model.local={local}", "model.k=4", "device=cpu",
+        "log_branches=true",
+    ])

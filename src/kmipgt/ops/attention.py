@@ -251,6 +251,8 @@ def kmip_attention(
     if check_finite:
         require_finite(query=query, key=key, value=value)
     if query.shape[0] == 0:
+        # Searching the empty batch still checks the backend and its dtypes, so it fails like any other.
+        topk_inner_product(query, key, k, ptr=ptr, backend=backend, nlist=nlist, nprobe=nprobe)
         out = value.new_zeros(value.shape)
         return (out, _empty_selection(query)) if return_selection else out
     # Slots beyond the largest graph would only ever hold padding.

@@ -3,8 +3,6 @@
 See docs/reliability.md. Backends whose extra or device is absent here skip.
 """
 
-import importlib.util
-
 import numpy as np
 import pytest
 import torch
@@ -13,33 +11,20 @@ import kmipgt.ops.ivf_search as ivf_search
 from kmipgt.ops import full_attention, full_attention_topk, kmip_attention, topk_inner_product
 from reference import reference_attention, reference_topk
 
-
-def _needs(module):
-    return pytest.mark.skipif(importlib.util.find_spec(module) is None, reason=f"needs {module}")
-
-
 BACKENDS = [
     "auto",
     "torch",
     "dense",
     "fused",
     "ivf",
-    pytest.param("faiss", marks=_needs("faiss")),
-    pytest.param("keops", marks=_needs("pykeops")),
-    pytest.param("triton", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")),
+    pytest.param("faiss", marks=pytest.mark.requires("faiss")),
+    pytest.param("keops", marks=pytest.mark.requires("pykeops")),
+    pytest.param("triton", marks=pytest.mark.cuda),
 ]
 
 
 def _device(backend):
     return "cuda" if backend == "triton" else "cpu"
-
-
-def _ragged(sizes, heads=2, dim=6, seed=0, dtype=torch.float32, scale=1.0):
-    gen = torch.Generator().manual_seed(seed)
-    n = sum(sizes)
-    ptr = torch.tensor([0, *np.cumsum(sizes).tolist()])
-    draw = lambda: (scale * torch.randn(n, heads, dim, generator=gen)).to(dtype)  # noqa: E731
-    return draw(), draw(), draw(), ptr
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -60,8 +45,8 @@ def test_empty_head_dimension_is_a_value_error_in_full_attention():
         full_attention_topk(query, query, 2)
 
 
-def test_head_dimension_one_matches_reference():
-    query, key, value, ptr = _ragged([30, 9], dim=1, dtype=torch.float64)
+def test_head_dimension_one_matches_reference(ragged):
+    query, key, value, ptr = ragged([30, 9], dim=1, dtype=torch.float64, count=3)
     _, index = topk_inner_product(query.float(), key.float(), 4, ptr=ptr)
     _, ref_index = reference_topk(query, key, 4, ptr.tolist())
     np.testing.assert_array_equal(index.numpy(), ref_index)
@@ -78,9 +63,9 @@ def _poison(tensor, row, value):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
 @pytest.mark.parametrize("name", ["query", "key"])
-def test_non_finite_search_input_names_tensor_and_first_row(backend, bad, name):
+def test_non_finite_search_input_names_tensor_and_first_row(ragged, backend, bad, name):
     # 1,100 nodes: the IVF backends index a graph this large instead of searching it exactly.
-    query, key, _, ptr = _ragged([1100, 40], dim=4)
+    query, key, _, ptr = ragged([1100, 40], dim=4, count=3)
     inputs = {"query": query, "key": key}
     inputs[name] = _poison(_poison(inputs[name], 1105, bad), 1120, bad)
     device = _device(backend)
@@ -90,8 +75,8 @@ def test_non_finite_search_input_names_tensor_and_first_row(backend, bad, name):
 
 @pytest.mark.parametrize("function", ["kmip", "full", "full_topk"])
 @pytest.mark.parametrize("name", ["query", "key", "value"])
-def test_non_finite_attention_input_names_tensor_and_first_row(function, name):
-    query, key, value, ptr = _ragged([7, 20])
+def test_non_finite_attention_input_names_tensor_and_first_row(ragged, function, name):
+    query, key, value, ptr = ragged([7, 20], count=3)
     inputs = {"query": query, "key": key, "value": value}
     inputs[name] = _poison(inputs[name], 12, float("nan"))
     match = rf"`{name}` holds NaN or inf \(first in row 12 of 27\)"
@@ -118,8 +103,8 @@ def _per_graph_sdpa(query, key, value, ptr):
 
 
 @pytest.mark.parametrize("name", ["query", "key", "value"])
-def test_unchecked_nan_in_one_graph_never_reaches_another(name):
-    query, key, value, ptr = _ragged([9, 0, 14, 5], dtype=torch.float64)
+def test_unchecked_nan_in_one_graph_never_reaches_another(ragged, name):
+    query, key, value, ptr = ragged([9, 0, 14, 5], dtype=torch.float64, count=3)
     inputs = {"query": query, "key": key, "value": value}
     inputs[name] = _poison(inputs[name], 3, float("nan"))
     clean = slice(9, 28)
@@ -130,8 +115,8 @@ def test_unchecked_nan_in_one_graph_never_reaches_another(name):
     torch.testing.assert_close(kmip[clean], ref[clean])
 
 
-def test_finite_check_can_be_skipped_for_finite_inputs():
-    query, key, value, ptr = _ragged([30, 12], dtype=torch.float64)
+def test_finite_check_can_be_skipped_for_finite_inputs(ragged):
+    query, key, value, ptr = ragged([30, 12], dtype=torch.float64, count=3)
     checked = kmip_attention(query, key, value, 5, ptr=ptr)
     torch.testing.assert_close(kmip_attention(query, key, value, 5, ptr=ptr, check_finite=False), checked)
 
@@ -141,10 +126,10 @@ HALF_BACKENDS = [b for b in BACKENDS if getattr(b, "values", (b,))[0] not in ("k
 
 @pytest.mark.parametrize("backend", HALF_BACKENDS)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_half_precision_ranks_like_float32_even_beyond_the_half_range(backend, dtype, monkeypatch):
+def test_half_precision_ranks_like_float32_even_beyond_the_half_range(ragged, backend, dtype, monkeypatch):
     # Scores reach about 4·10⁵, beyond float16's 65,504: a float16 product would tie them all at inf.
     monkeypatch.setattr(ivf_search, "default_nprobe", lambda nlist: nlist)  # probe everything: exact
-    query, key, _, ptr = _ragged([1100, 30], heads=1, dim=64, dtype=dtype, scale=80.0)
+    query, key, _, ptr = ragged([1100, 30], heads=1, dim=64, dtype=dtype, scale=80.0, count=3)
     device = _device(backend)
     scores, index = topk_inner_product(query.to(device), key.to(device), 5, ptr=ptr, backend=backend)
     ref_scores, ref_index = reference_topk(query.double(), key.double(), 5, ptr.tolist())
@@ -155,8 +140,8 @@ def test_half_precision_ranks_like_float32_even_beyond_the_half_range(backend, d
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("function", ["kmip", "full"])
-def test_half_precision_attention_matches_float32_reference(dtype, function):
-    query, key, value, ptr = _ragged([40, 9], dim=64, dtype=dtype, scale=80.0)
+def test_half_precision_attention_matches_float32_reference(ragged, dtype, function):
+    query, key, value, ptr = ragged([40, 9], dim=64, dtype=dtype, scale=80.0, count=3)
     if function == "kmip":
         out = kmip_attention(query, key, value, 6, ptr=ptr)
         ref = reference_attention(query.double(), key.double(), value.double(), 6, ptr.tolist())
@@ -167,8 +152,8 @@ def test_half_precision_attention_matches_float32_reference(dtype, function):
     torch.testing.assert_close(out.double(), ref, rtol=2e-2, atol=0.5)
 
 
-def test_half_precision_full_attention_topk_weights_match_float32():
-    query, key, _, ptr = _ragged([40, 9], dim=64, dtype=torch.float16, scale=40.0)
+def test_half_precision_full_attention_topk_weights_match_float32(ragged):
+    query, key, _, ptr = ragged([40, 9], dim=64, dtype=torch.float16, scale=40.0, count=3)
     half = full_attention_topk(query, key, 4, ptr=ptr)
     single = full_attention_topk(query.float(), key.float(), 4, ptr=ptr)
     torch.testing.assert_close(half.index, single.index)
@@ -177,10 +162,10 @@ def test_half_precision_full_attention_topk_weights_match_float32():
 
 
 @pytest.mark.parametrize("name", ["query", "key", "value"])
-def test_unchecked_nan_never_leaks_through_padding_slots(name):
-    # Found by test_ops_properties.py: the padding slots of a graph smaller than k gathered row 0 with
+def test_unchecked_nan_never_leaks_through_padding_slots(ragged, name):
+    # Found by ops/test_properties.py: the padding slots of a graph smaller than k gathered row 0 with
     # weight 0, and 0·NaN put graph 0's NaN into every small graph.
-    query, key, value, ptr = _ragged([6, 2, 1], dtype=torch.float64)
+    query, key, value, ptr = ragged([6, 2, 1], dtype=torch.float64, count=3)
     inputs = {"query": query, "key": key, "value": value}
     inputs[name] = _poison(inputs[name], 0, float("nan"))
     out = kmip_attention(*inputs.values(), 4, ptr=ptr, backend="torch", check_finite=False)
@@ -189,10 +174,10 @@ def test_unchecked_nan_never_leaks_through_padding_slots(name):
 
 
 @pytest.mark.parametrize("name", ["query", "key"])
-def test_unchecked_nan_in_an_ivf_index_stays_in_its_graph(name):
-    # Found by test_ops_properties.py: a NaN query selects no inverted list (-1), and the probe grouping
+def test_unchecked_nan_in_an_ivf_index_stays_in_its_graph(ragged, name):
+    # Found by ops/test_properties.py: a NaN query selects no inverted list (-1), and the probe grouping
     # wrote out of bounds: the process aborted.
-    query, key, _, ptr = _ragged([1100, 40], dim=4)
+    query, key, _, ptr = ragged([1100, 40], dim=4, count=3)
     inputs = {"query": query, "key": key}
     inputs[name] = _poison(inputs[name], 3, float("nan"))
     _, index = topk_inner_product(*inputs.values(), 5, ptr=ptr, backend="ivf", check_finite=False)

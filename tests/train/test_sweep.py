@@ -14,7 +14,7 @@ from kmipgt.train.config import config_to_dict, load_config
 from kmipgt.train.datasets import PreparedData
 from kmipgt.train.sweep import cell_dir, cell_overrides, expand, format_value, load_sweep, run_sweep
 
-REPO = Path(__file__).parents[1]
+REPO = Path(__file__).parents[2]
 TINY_CITY = {
     "data": {"name": "synthetic_city",
              "options": {"num_nodes": 120, "hops": 3, "num_workers": 1, "progress": False}},

@@ -8,32 +8,21 @@ from reference import reference_topk
 BACKENDS = ["torch", "dense"]
 
 
-def _ragged(sizes, heads=2, dim=6, dtype=torch.float64, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    n = sum(sizes)
-    ptr = torch.tensor([0, *np.cumsum(sizes).tolist()])
-    return (
-        torch.randn(n, heads, dim, generator=gen, dtype=dtype),
-        torch.randn(n, heads, dim, generator=gen, dtype=dtype),
-        ptr,
-    )
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("sizes", [[50], [7, 0, 30, 1, 12], [600, 3, 700]])
 @pytest.mark.parametrize("k", [1, 5, 40])
-def test_topk_matches_dense_lexsort(backend, sizes, k):
-    query, key, ptr = _ragged(sizes)
+def test_topk_matches_dense_lexsort(ragged, backend, sizes, k):
+    query, key, ptr = ragged(sizes, dtype=torch.float64)
     scores, index = topk_inner_product(query, key, k, ptr=ptr, backend=backend)
     ref_scores, ref_index = reference_topk(query, key, k, ptr.tolist())
     np.testing.assert_array_equal(index.numpy(), ref_index)
     np.testing.assert_allclose(scores.numpy(), ref_scores, rtol=1e-12, atol=1e-12)
 
 
-def test_key_tiles_and_query_tiles_merge_exactly(monkeypatch):
+def test_key_tiles_and_query_tiles_merge_exactly(ragged, monkeypatch):
     import kmipgt.ops.topk as topk_module
 
-    query, key, ptr = _ragged([1500, 900], heads=1, dim=4)
+    query, key, ptr = ragged([1500, 900], heads=1, dim=4, dtype=torch.float64)
     monkeypatch.setattr(topk_module, "_TILE_ELEMENTS", {"cpu": 5000})
     monkeypatch.setattr(topk_module, "_KEY_TILE", {"cpu": 128})
     _, index = topk_inner_product(query, key, 9, ptr=ptr)
@@ -64,8 +53,8 @@ def test_identical_keys_select_lowest_indices():
     assert index[:, 0].tolist() == [[0, 1, 2]] * 5
 
 
-def test_small_graphs_pad_with_minus_one_and_neg_inf():
-    query, key, ptr = _ragged([1, 0, 3])
+def test_small_graphs_pad_with_minus_one_and_neg_inf(ragged):
+    query, key, ptr = ragged([1, 0, 3], dtype=torch.float64)
     scores, index = topk_inner_product(query, key, 5, ptr=ptr)
     assert index.shape == (4, 2, 5)
     assert index[0, :, 0].tolist() == [0, 0]
@@ -74,8 +63,8 @@ def test_small_graphs_pad_with_minus_one_and_neg_inf():
     assert (index[1:, :, 3:] == -1).all()
 
 
-def test_other_graphs_are_untouched_by_one_graphs_keys():
-    query, key, ptr = _ragged([20, 30, 25])
+def test_other_graphs_are_untouched_by_one_graphs_keys(ragged):
+    query, key, ptr = ragged([20, 30, 25], dtype=torch.float64)
     _, before = topk_inner_product(query, key, 4, ptr=ptr)
     key = key.clone()
     key[20:50] = torch.randn(30, 2, 6, dtype=key.dtype) * 100
@@ -84,8 +73,8 @@ def test_other_graphs_are_untouched_by_one_graphs_keys():
     assert ((after[20:50] >= 20) & (after[20:50] < 50)).all()
 
 
-def test_batch_vector_equals_ptr():
-    query, key, ptr = _ragged([4, 9, 2])
+def test_batch_vector_equals_ptr(ragged):
+    query, key, ptr = ragged([4, 9, 2], dtype=torch.float64)
     batch = torch.repeat_interleave(torch.arange(3), ptr.diff())
     assert torch.equal(
         topk_inner_product(query, key, 3, batch=batch)[1], topk_inner_product(query, key, 3, ptr=ptr)[1]
@@ -135,9 +124,9 @@ def test_keops_backend_reports_missing_extra(monkeypatch):
         topk_inner_product(torch.randn(5, 1, 3), torch.randn(5, 1, 3), 2, backend="keops")
 
 
-def test_keops_backend_matches_reference():
-    pytest.importorskip("pykeops")
-    query, key, ptr = _ragged([40, 25], dtype=torch.float32)
+@pytest.mark.requires("pykeops")
+def test_keops_backend_matches_reference(ragged):
+    query, key, ptr = ragged([40, 25], dtype=torch.float32)
     scores, index = topk_inner_product(query, key, 6, ptr=ptr, backend="keops")
     ref_scores, ref_index = reference_topk(query, key, 6, ptr.tolist())
     np.testing.assert_array_equal(index.numpy(), ref_index)
@@ -145,9 +134,9 @@ def test_keops_backend_matches_reference():
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_matches_cpu():
-    query, key, ptr = _ragged([300, 5, 2000], dtype=torch.float32)
+@pytest.mark.cuda
+def test_cuda_matches_cpu(ragged):
+    query, key, ptr = ragged([300, 5, 2000], dtype=torch.float32)
     cpu_scores, cpu_index = topk_inner_product(query, key, 16, ptr=ptr)
     gpu_scores, gpu_index = topk_inner_product(query.cuda(), key.cuda(), 16, ptr=ptr.cuda())
     torch.testing.assert_close(gpu_scores.cpu(), cpu_scores, rtol=1e-4, atol=1e-4)

@@ -4,30 +4,10 @@ import csv
 
 import pytest
 import torch
-from torch_geometric.data import Data
-from torch_geometric.utils import to_undirected
 
 from kmipgt.nn.gps_layer import GPSLayer
-from kmipgt.train import Trainer, load_config
-from kmipgt.train.datasets import PreparedData
-
-
-def _node_data(num_nodes=60, seed=0) -> PreparedData:
-    gen = torch.Generator().manual_seed(seed)
-    edge_index = to_undirected(torch.randint(0, num_nodes, (2, 3 * num_nodes), generator=gen))
-    x = torch.randn(num_nodes, 5, generator=gen)
-    masks = torch.arange(num_nodes) % 3
-    graph = Data(x=x, edge_index=edge_index, edge_attr=torch.randn(edge_index.size(1), 1, generator=gen),
-                 y=(x[:, 0] > 0).long(), train_mask=masks == 0, val_mask=masks == 1, test_mask=masks == 2)
-    return PreparedData("node", graph, None, in_channels=5, edge_channels=1, out_channels=2, name="toy")
-
-
-def _config(out_dir, local="gatedgcn", epochs=3):
-    return load_config(None, [
-        f"out_dir={out_dir}", f"optim.epochs={epochs}", "optim.warmup_epochs=0", "optim.grad_clip=0",
-        "model.channels=8", "model.num_layers=2", f"model.local={local}", "model.k=4", "device=cpu",
-        "log_branches=true",
-    ])
+from kmipgt.train import Trainer
+from tiny_runs import toy_node_config, toy_node_data
 
 
 def _reference_outputs(model):
@@ -45,7 +25,7 @@ def _reference_outputs(model):
 
 @pytest.mark.parametrize("local", ["gatedgcn", "sage"])
 def test_branch_statistics_match_direct_computation(tmp_path, local):
-    trainer = Trainer(_config(tmp_path, local), _node_data())
+    trainer = Trainer(toy_node_config(tmp_path, local), toy_node_data())
     layers, captured, handles = _reference_outputs(trainer.model)
     trainer._train_epoch()
     row = trainer.branches.epoch_row()
@@ -65,13 +45,13 @@ def test_branch_statistics_match_direct_computation(tmp_path, local):
 
 
 def test_evaluation_passes_are_not_recorded(tmp_path):
-    trainer = Trainer(_config(tmp_path), _node_data())
+    trainer = Trainer(toy_node_config(tmp_path), toy_node_data())
     trainer.evaluate()
     assert trainer.branches.epoch_row() == {}
 
 
 def test_training_writes_branch_columns_and_plot(tmp_path):
-    Trainer(_config(tmp_path, epochs=3), _node_data()).fit(progress=False)
+    Trainer(toy_node_config(tmp_path, epochs=3), toy_node_data()).fit(progress=False)
     with open(tmp_path / "log.csv") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 3
@@ -82,9 +62,9 @@ def test_training_writes_branch_columns_and_plot(tmp_path):
 
 
 def test_branches_off_by_default(tmp_path):
-    config = _config(tmp_path, epochs=1)
+    config = toy_node_config(tmp_path, epochs=1)
     config.log_branches = False
-    trainer = Trainer(config, _node_data())
+    trainer = Trainer(config, toy_node_data())
     trainer.fit(progress=False)
     assert trainer.branches is None and not (tmp_path / "branches.png").exists()
     with open(tmp_path / "log.csv") as f:
@@ -94,9 +74,9 @@ def test_branches_off_by_default(tmp_path):
 def test_checkpointing_does_not_count_the_recomputed_forward(tmp_path):
     rows = []
     for checkpoint in (False, True):
-        config = _config(tmp_path / str(checkpoint))
+        config = toy_node_config(tmp_path / str(checkpoint))
         config.model.checkpoint = checkpoint
-        trainer = Trainer(config, _node_data())
+        trainer = Trainer(config, toy_node_data())
         trainer._train_epoch()
         rows.append(trainer.branches.epoch_row())
     assert rows[0].keys() == rows[1].keys()

@@ -147,7 +147,7 @@ def test_bad_input(kwargs, error, match):
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.cuda
 def test_cuda_matches_cpu_forward_and_backward():
     query, key, value, ptr = _inputs([300, 7, 1500], dtype=torch.float32)
     cpu_out = kmip_attention(query, key, value, 16, ptr=ptr)

@@ -16,18 +16,6 @@ from kmipgt.ops import kmip_attention, topk_inner_product
 from reference import reference_attention, reference_topk
 
 
-def _ragged(sizes, heads=2, dim=6, seed=0, integer=False):
-    """Ragged inputs; ``integer`` draws small integers, so float32 products and sums are exact (and tie)."""
-    gen = torch.Generator().manual_seed(seed)
-    n = sum(sizes)
-    ptr = torch.tensor([0, *np.cumsum(sizes).tolist()])
-    if integer:
-        draw = lambda: torch.randint(-3, 4, (n, heads, dim), generator=gen).float()  # noqa: E731
-    else:
-        draw = lambda: torch.randn(n, heads, dim, generator=gen)  # noqa: E731
-    return draw(), draw(), ptr
-
-
 def _recall(index, ref_index):
     valid = ref_index >= 0
     hits = (index[..., :, None] == ref_index[..., None, :]).any(-2) & valid
@@ -50,15 +38,15 @@ def _assert_selects_reference_scores(query, key, ptr, k, scores, index):
 
 @pytest.mark.parametrize("sizes", [[50], [7, 0, 30, 1, 300], [1000, 3]])
 @pytest.mark.parametrize("k", [1, 16, 40])
-def test_fused_selects_the_reference_top_k(sizes, k):
+def test_fused_selects_the_reference_top_k(ragged, sizes, k):
     # dim 64 makes the 1000-node graph span several key tiles of the kernel.
-    query, key, ptr = _ragged(sizes, heads=2, dim=64 if max(sizes) >= 1000 else 6)
+    query, key, ptr = ragged(sizes, heads=2, dim=64 if max(sizes) >= 1000 else 6)
     scores, index = topk_inner_product(query, key, k, ptr=ptr, backend="fused")
     _assert_selects_reference_scores(query, key, ptr, k, scores, index)
 
 
-def test_fused_breaks_ties_by_lower_index_exactly():
-    query, key, ptr = _ragged([90, 5, 400], heads=3, dim=3, integer=True)
+def test_fused_breaks_ties_by_lower_index_exactly(ragged):
+    query, key, ptr = ragged([90, 5, 400], heads=3, dim=3, integer=True)
     scores, index = topk_inner_product(query, key, 9, ptr=ptr, backend="fused")
     ref_scores, ref_index = reference_topk(query, key, 9, ptr.tolist())
     np.testing.assert_array_equal(index.numpy(), ref_index)
@@ -66,16 +54,16 @@ def test_fused_breaks_ties_by_lower_index_exactly():
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_fused_takes_half_precision(dtype):
-    query, key, ptr = _ragged([40, 25], integer=True)
+def test_fused_takes_half_precision(ragged, dtype):
+    query, key, ptr = ragged([40, 25], integer=True)
     scores, index = topk_inner_product(query.to(dtype), key.to(dtype), 5, ptr=ptr, backend="fused")
     _, ref_index = reference_topk(query, key, 5, ptr.tolist())
     assert scores.dtype == dtype
     np.testing.assert_array_equal(index.numpy(), ref_index)
 
 
-def test_auto_is_exact_for_float64_and_float32():
-    query, key, ptr = _ragged([33, 64], integer=True)
+def test_auto_is_exact_for_float64_and_float32(ragged):
+    query, key, ptr = ragged([33, 64], integer=True)
     for dtype in (torch.float64, torch.float32):
         _, index = topk_inner_product(query.to(dtype), key.to(dtype), 4, ptr=ptr)
         np.testing.assert_array_equal(index.numpy(), reference_topk(query, key, 4, ptr.tolist())[1])
@@ -93,8 +81,8 @@ def _rebuild_library(monkeypatch, **patches):
     fused_search.fused_library.cache_clear()
 
 
-def test_fused_falls_back_to_torch_with_a_warning_without_compiler(monkeypatch):
-    query, key, ptr = _ragged([20, 30])
+def test_fused_falls_back_to_torch_with_a_warning_without_compiler(ragged, monkeypatch):
+    query, key, ptr = ragged([20, 30])
     try:
         _rebuild_library(monkeypatch, _compiler=lambda: None)
         with pytest.warns(RuntimeWarning, match="no C\\+\\+ compiler"):
@@ -105,8 +93,8 @@ def test_fused_falls_back_to_torch_with_a_warning_without_compiler(monkeypatch):
         fused_search.fused_library.cache_clear()
 
 
-def test_failed_build_warns_and_falls_back(monkeypatch, tmp_path):
-    query, key, _ = _ragged([20])
+def test_failed_build_warns_and_falls_back(ragged, monkeypatch, tmp_path):
+    query, key, _ = ragged([20])
     try:
         monkeypatch.setenv("KMIPGT_CACHE_DIR", str(tmp_path))
         _rebuild_library(monkeypatch, _FLAGS=(*fused_search._FLAGS, "--no-such-flag"))
@@ -134,12 +122,12 @@ def test_built_library_is_cached(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("probe_kernel", ["fused", "torch"])
-def test_ivf_probing_every_list_is_exact(probe_kernel, monkeypatch):
+def test_ivf_probing_every_list_is_exact(ragged, probe_kernel, monkeypatch):
     if probe_kernel == "torch":
         monkeypatch.setattr(ivf_search, "fused_library", lambda: None)
     monkeypatch.setattr(ivf_search, "IVF_MIN_NODES", 100)
     # Integer tokens: exact float32 arithmetic and many ties, so the index must match to the last tie.
-    query, key, ptr = _ragged([200, 50, 0, 130], heads=2, dim=4, integer=True)
+    query, key, ptr = ragged([200, 50, 0, 130], heads=2, dim=4, integer=True)
     scores, index = topk_inner_product(query, key, 12, ptr=ptr, backend="ivf", nlist=6, nprobe=6)
     ref_scores, ref_index = reference_topk(query, key, 12, ptr.tolist())
     np.testing.assert_array_equal(index.numpy(), ref_index)
@@ -177,9 +165,9 @@ def test_ivf_lists_are_numbered_by_their_largest_score_and_radii_cover_their_key
     assert torch.all(potential[:-1] >= potential[1:])
 
 
-def test_ivf_recall_grows_with_nprobe_and_scores_are_exact(monkeypatch):
+def test_ivf_recall_grows_with_nprobe_and_scores_are_exact(ragged, monkeypatch):
     monkeypatch.setattr(ivf_search, "IVF_MIN_NODES", 100)
-    query, key, ptr = _ragged([1000], heads=1, dim=8)
+    query, key, ptr = ragged([1000], heads=1, dim=8)
     _, ref_index = reference_topk(query, key, 10, ptr.tolist())
     recalls = []
     for nprobe in (2, 8, 32):
@@ -191,19 +179,19 @@ def test_ivf_recall_grows_with_nprobe_and_scores_are_exact(monkeypatch):
     assert 0.2 < recalls[0] < recalls[1] < recalls[2] == 1.0
 
 
-def test_kmip_attention_with_ivf_probing_everything_equals_reference(monkeypatch):
+def test_kmip_attention_with_ivf_probing_everything_equals_reference(ragged, monkeypatch):
     monkeypatch.setattr(ivf_search, "IVF_MIN_NODES", 100)
-    query, key, ptr = _ragged([300, 40], heads=1, dim=4)
+    query, key, ptr = ragged([300, 40], heads=1, dim=4)
     value = torch.randn(340, 1, 3)
     out = kmip_attention(query, key, value, 8, ptr=ptr, backend="ivf", nlist=8, nprobe=8)
     expected = reference_attention(query, key, value, 8, ptr.tolist())
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_faiss_probing_every_list_finds_the_exact_top_k(monkeypatch):
-    pytest.importorskip("faiss")
+@pytest.mark.requires("faiss")
+def test_faiss_probing_every_list_finds_the_exact_top_k(ragged, monkeypatch):
     monkeypatch.setattr(ivf_search, "IVF_MIN_NODES", 100)
-    query, key, ptr = _ragged([400, 20], heads=2, dim=8)
+    query, key, ptr = ragged([400, 20], heads=2, dim=8)
     scores, index = topk_inner_product(query, key, 10, ptr=ptr, backend="faiss", nlist=16, nprobe=16)
     _assert_selects_reference_scores(query, key, ptr, 10, scores, index)
 
@@ -262,11 +250,11 @@ print("TRITON-OK")
 
 @pytest.mark.slow
 @pytest.mark.skipif(
-    torch.cuda.is_available(), reason="with a GPU the compiled kernel is tested by test_cuda_search.py"
+    torch.cuda.is_available(), reason="with a GPU the compiled kernel is tested by ops/test_cuda_search.py"
 )
+@pytest.mark.requires("triton")
 def test_triton_kernel_logic_in_the_interpreter():
-    pytest.importorskip("triton")
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env = {
         **os.environ,
         "TRITON_INTERPRET": "1",

@@ -7,26 +7,14 @@ import torch
 from kmipgt.ops import topk_inner_product
 from reference import reference_topk
 
-pytestmark = [
-    pytest.mark.cuda,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
-]
-
-
-def _ragged(sizes, heads=2, dim=16, integer=False, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    n = sum(sizes)
-    ptr = torch.tensor([0, *np.cumsum(sizes).tolist()])
-    if integer:
-        return (*(torch.randint(-3, 4, (n, heads, dim), generator=gen).float() for _ in range(2)), ptr)
-    return (*(torch.randn(n, heads, dim, generator=gen) for _ in range(2)), ptr)
+pytestmark = pytest.mark.cuda
 
 
 @pytest.mark.parametrize("sizes", [[300, 5, 0, 2000], [64], [1, 130]])
 @pytest.mark.parametrize("k", [1, 16, 100])
-def test_triton_matches_torch_backend(sizes, k):
-    pytest.importorskip("triton")
-    query, key, ptr = _ragged(sizes)
+@pytest.mark.requires("triton")
+def test_triton_matches_torch_backend(ragged, sizes, k):
+    query, key, ptr = ragged(sizes, dim=16)
     ref_scores, ref_index = topk_inner_product(query.cuda(), key.cuda(), k, ptr=ptr, backend="torch")
     scores, index = topk_inner_product(query.cuda(), key.cuda(), k, ptr=ptr, backend="triton")
     torch.testing.assert_close(scores, ref_scores, rtol=1e-5, atol=1e-5)
@@ -34,9 +22,9 @@ def test_triton_matches_torch_backend(sizes, k):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-def test_triton_is_exact_with_ties(dtype):
-    pytest.importorskip("triton")
-    query, key, ptr = _ragged([500, 77], dim=5, integer=True)
+@pytest.mark.requires("triton")
+def test_triton_is_exact_with_ties(ragged, dtype):
+    query, key, ptr = ragged([500, 77], dim=5, integer=True)
     scores, index = topk_inner_product(
         query.to("cuda", dtype), key.to("cuda", dtype), 9, ptr=ptr, backend="triton"
     )
@@ -45,14 +33,14 @@ def test_triton_is_exact_with_ties(dtype):
     np.testing.assert_array_equal(scores.float().cpu().numpy(), ref_scores)
 
 
-def test_auto_uses_an_exact_search_on_cuda():
-    query, key, ptr = _ragged([700, 40], integer=True, dim=4)
+def test_auto_uses_an_exact_search_on_cuda(ragged):
+    query, key, ptr = ragged([700, 40], integer=True, dim=4)
     _, index = topk_inner_product(query.cuda(), key.cuda(), 8, ptr=ptr)
     np.testing.assert_array_equal(index.cpu().numpy(), reference_topk(query, key, 8, ptr.tolist())[1])
 
 
-def test_ivf_on_cuda_probing_every_list_is_exact():
-    query, key, ptr = _ragged([1500, 30], dim=4, integer=True)
+def test_ivf_on_cuda_probing_every_list_is_exact(ragged):
+    query, key, ptr = ragged([1500, 30], dim=4, integer=True)
     scores, index = topk_inner_product(
         query.cuda(), key.cuda(), 10, ptr=ptr, backend="ivf", nlist=12, nprobe=12
     )
@@ -61,8 +49,8 @@ def test_ivf_on_cuda_probing_every_list_is_exact():
     np.testing.assert_array_equal(scores.cpu().numpy(), ref_scores)
 
 
-def test_ivf_on_cuda_recall_matches_cpu():
-    query, key, ptr = _ragged([4000], heads=1, dim=16)
+def test_ivf_on_cuda_recall_matches_cpu(ragged):
+    query, key, ptr = ragged([4000], heads=1, dim=16)
     _, exact = topk_inner_product(query, key, 16, ptr=ptr)
     _, cpu = topk_inner_product(query, key, 16, ptr=ptr, backend="ivf", nlist=64, nprobe=8)
     _, gpu = topk_inner_product(query.cuda(), key.cuda(), 16, ptr=ptr, backend="ivf", nlist=64, nprobe=8)

@@ -160,7 +160,7 @@ def test_inference_k_at_n_and_the_full_attention_swap_agree_and_restore():
 
 @pytest.mark.slow
 def test_cli_on_a_trained_synthetic_city(tmp_path, capsys, monkeypatch):
-    monkeypatch.chdir(Path(__file__).parents[1])
+    monkeypatch.chdir(Path(__file__).parents[2])
     run = tmp_path / "run"
     train_tiny_city(run, num_nodes=300)
     capsys.readouterr()

@@ -175,7 +175,7 @@ def test_cli_trains_and_evaluates_a_node_level_graph(tmp_path, capsys, monkeypat
     assert not (out / "config.yaml").read_text().count("num_nodes")  # the run's own config is untouched
 
 
-@pytest.mark.parametrize("path", sorted(Path(__file__).parents[1].joinpath("configs").glob("*.yaml")),
+@pytest.mark.parametrize("path", sorted(Path(__file__).parents[2].joinpath("configs").glob("*.yaml")),
                          ids=lambda p: p.stem)
 def test_shipped_configs_load_and_build(path):
     config = load_config(path)

@@ -7,15 +7,15 @@ from torch_geometric.utils import to_undirected
 from kmipgt.nn import GRFAttention
 from kmipgt.train import Trainer
 from kmipgt.train.validation import validate_config
-from test_train_branches import _config, _node_data
+from tiny_runs import toy_node_config, toy_node_data
 
 
 def test_bf16_run_trains_with_fp32_weights(tmp_path):
-    config = _config(tmp_path, epochs=30)
+    config = toy_node_config(tmp_path, epochs=30)
     config.log_branches = False
     config.optim.precision = "bf16"
     config.optim.lr = 0.01
-    trainer = Trainer(config, _node_data(num_nodes=120))
+    trainer = Trainer(config, toy_node_data(num_nodes=120))
     trainer.model.eval()
     graph = trainer.data.graph
     reference = trainer.model(graph.x, graph.edge_index, edge_attr=graph.edge_attr)
@@ -43,7 +43,7 @@ def test_grf_attention_runs_in_fp32_under_autocast():
 
 
 def test_unknown_precision_is_rejected(tmp_path):
-    config = _config(tmp_path)
+    config = toy_node_config(tmp_path)
     config.optim.precision = "fp8"
     with pytest.raises(ValueError, match=r"optim\.precision"):
         validate_config(config)

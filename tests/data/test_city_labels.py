@@ -1,4 +1,3 @@
-import importlib.util
 
 import networkx as nx
 import numpy as np
@@ -29,8 +28,7 @@ def _networkx_ball_eccentricity(edges: np.ndarray, lengths: np.ndarray, num_node
     return nx.eccentricity(graph.subgraph(ball), v=node, weight="length")
 
 
-BACKENDS = ["scipy", pytest.param("numba", marks=pytest.mark.skipif(
-    importlib.util.find_spec("numba") is None, reason="numba not installed"))]
+BACKENDS = ["scipy", pytest.param("numba", marks=pytest.mark.requires("numba"))]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -250,7 +250,7 @@ def _explain_cli(capsys, *args):
 
 @pytest.mark.slow
 def test_cli_explains_a_trained_synthetic_city(tmp_path, capsys, monkeypatch):
-    monkeypatch.chdir(Path(__file__).parents[1])
+    monkeypatch.chdir(Path(__file__).parents[2])
     run = tmp_path / "run"
     train_tiny_city(run)
     capsys.readouterr()
