@@ -56,12 +56,8 @@ def _positive_int(text: str) -> int:
 
 
 def _bench_attention(args: argparse.Namespace) -> int:
-    from kmipgt.bench.attention import (
-        AttentionBenchConfig,
-        geometric_grid,
-        markdown_table,
-        run_attention_benchmark,
-    )
+    from kmipgt.bench.attention import AttentionBenchConfig, markdown_table, run_attention_benchmark
+    from kmipgt.bench.common import geometric_grid
 
     config = _config_from_args(
         AttentionBenchConfig,
@@ -96,7 +92,12 @@ def _add_bench_attention(bench: argparse._SubParsersAction) -> None:
     parser = bench.add_parser("attention", help="time and memory of k-MIP vs full attention as N grows")
     _add_sizes(parser, 1024, 262_144, "smallest N (nodes per graph)", "largest N (grid doubles from --n-min)")
     parser.add_argument("--methods", type=_csv(str), default=["kmip", "full", "full-naive"])
-    parser.add_argument("--backends", type=_csv(str), default=["torch"], help="k-MIP search backends")
+    parser.add_argument(
+        "--backends",
+        type=_csv(str),
+        default=["auto"],
+        help="k-MIP search backends (default auto, the library's: fused on CPU, triton on CUDA, else torch)",
+    )
     parser.add_argument("--passes", type=_csv(str), default=["forward", "forward+backward"])
     parser.add_argument("--graphs", type=int, default=1, help="B graphs of N nodes each")
     parser.add_argument("--heads", type=int, default=1)
@@ -108,7 +109,7 @@ def _add_bench_attention(bench: argparse._SubParsersAction) -> None:
 
 
 def _bench_search(args: argparse.Namespace) -> int:
-    from kmipgt.bench.attention import geometric_grid
+    from kmipgt.bench.common import geometric_grid
     from kmipgt.bench.search import (
         SearchBenchConfig,
         default_backends,
@@ -419,7 +420,7 @@ def _add_bench_grf(bench: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-len", type=int, default=8)
     parser.add_argument("--feature-map", default="relu", choices=["relu", "elu"])
     parser.add_argument("--dense-max", type=int, default=2**13, help="largest N for the dense-mask baseline")
-    parser.add_argument("--repeats", type=int, default=3, help="timed forwards per point (median reported)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed forwards per point (minimum reported)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per measurement")
     parser.add_argument("--time-budget", type=float, default=600.0, help="seconds per point before time-out")
     parser.add_argument("--seed", type=int, default=0)

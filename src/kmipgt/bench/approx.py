@@ -16,7 +16,6 @@ B queries, never ``N×N``.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import sys
 from collections.abc import Callable, Iterator
@@ -34,7 +33,7 @@ from tqdm import tqdm
 
 from kmipgt.analysis.tokens import LayerTokens, collect_tokens, kmip_layers
 from kmipgt.analysis.tokens import save_tokens as save_token_file
-from kmipgt.bench.attention import machine_info
+from kmipgt.bench import common
 from kmipgt.nn import FullAttention
 from kmipgt.ops import topk_inner_product
 
@@ -261,7 +260,7 @@ def run_approx_benchmark(
         "trained_k": first.k,
         "backend": first.backend,
         "ks": ks,
-        "machine": machine_info("cpu"),
+        "machine": common.machine_info("cpu"),
         "records": records,
         "layers": layer_summary(records),
         "metric": {"name": metric, "inference_k": metric_rows, "full_attention": full},
@@ -269,7 +268,7 @@ def run_approx_benchmark(
     out_dir.mkdir(parents=True, exist_ok=True)
     if save_tokens:
         save_token_file(out_dir / "tokens.pt", tokens, **(meta or {}))
-    (out_dir / "approx.json").write_text(json.dumps(result, indent=2) + "\n")
+    common.write_json(result, out_dir / "approx.json")
     plot_curves(result, out_dir / "approx.png")
     plot_metric(result, out_dir / "approx_metric.png")
     return result
@@ -290,6 +289,18 @@ def layer_summary(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def _plot_against_k(axis, rows: list[dict[str, Any]], name: str, colour: int, label: str) -> None:
+    """One line of ``row[name]`` against ``row["k"]`` over ``rows``, in the ``colour``-th colour."""
+    axis.plot(
+        [r["k"] for r in rows],
+        [r[name] for r in rows],
+        marker="o",
+        ms=3,
+        color=f"C{colour % 10}",
+        label=label,
+    )
+
+
 def plot_curves(result: dict[str, Any], path: Path) -> None:
     """Error, mass and overlap (mean over heads) against k, one line per layer, log x."""
     panels = [("error", "relative error ‖A_k V − A V‖ / ‖A V‖"), ("mass", "full-softmax mass kept")]
@@ -299,14 +310,7 @@ def plot_curves(result: dict[str, Any], path: Path) -> None:
     for axis, (name, label) in zip(axes, panels):
         for colour, layer in enumerate(layers):
             rows = [r for r in result["layers"] if r["layer"] == layer and r[name] is not None]
-            axis.plot(
-                [r["k"] for r in rows],
-                [r[name] for r in rows],
-                marker="o",
-                ms=3,
-                color=f"C{colour % 10}",
-                label=f"layer {layer}",
-            )
+            _plot_against_k(axis, rows, name, colour, f"layer {layer}")
         axis.axvline(result["trained_k"], color="grey", ls=":", label=f"trained k = {result['trained_k']}")
         axis.set(xscale="log", xlabel="k (keys per query)", ylabel=label)
         axis.grid(True, which="both", alpha=0.3)
@@ -329,14 +333,7 @@ def plot_metric(result: dict[str, Any], path: Path) -> None:
     fig, axis = plt.subplots(figsize=(6, 4.2))
     rows = metric["inference_k"]
     for colour, split in enumerate(s for s in ("val", "test") if s in metric["full_attention"]):
-        axis.plot(
-            [r["k"] for r in rows],
-            [r[split] for r in rows],
-            marker="o",
-            ms=3,
-            color=f"C{colour}",
-            label=split,
-        )
+        _plot_against_k(axis, rows, split, colour, split)
         axis.axhline(
             metric["full_attention"][split], color=f"C{colour}", ls="--", label=f"{split}, full attention"
         )

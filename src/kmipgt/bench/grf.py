@@ -29,18 +29,15 @@ our runs, so multi-threaded timings measured the scheduler, not the kernels).
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
-from kmipgt.bench.attention import machine_info
-from kmipgt.bench.isolation import run_isolated, time_calls
-from kmipgt.bench.plotting import plot_scaling
+from kmipgt.bench import common
+from kmipgt.bench.isolation import time_calls
 
 __all__ = ["GRFBenchConfig", "grid_edge_index", "run_grf_benchmark"]
 
@@ -234,30 +231,29 @@ def scaling_summary(records: list[dict], low: int, high: int) -> dict:
 
 def run_grf_benchmark(config: GRFBenchConfig, out_dir: str | Path) -> dict:
     """Measure every (method, N) point in a fresh process; write ``grf.json`` and ``grf.png``."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    points = [(m, n) for n in config.sizes() for m in METHODS if m != "dense" or n <= config.dense_max]
-    records = []
-    for method, n in tqdm(points, desc="bench grf", unit="point"):
-        params = {**asdict(config), "method": method, "n": n}
-        outcome = run_isolated("kmipgt.bench.grf:measure_grf", params, config.time_budget)
-        records.append({"method": method, "n": n, **outcome})
-    result = {
-        "config": asdict(config),
-        "machine": machine_info("cpu"),
-        "records": records,
-        "summary": scaling_summary(records, 2**14, min(2**18, config.n_max)),
-    }
-    (out_dir / "grf.json").write_text(json.dumps(result, indent=2))
-    plot_scaling(
+    points = [
+        ({"method": m}, n) for n in config.sizes() for m in METHODS if m != "dense" or n <= config.dense_max
+    ]
+    records = common.run_points(
+        points,
+        asdict(config),
+        "kmipgt.bench.grf:measure_grf",
+        config.time_budget,
+        desc="bench grf",
+    )
+    summary = scaling_summary(records, 2**14, min(2**18, config.n_max))
+    result = common.bench_result(config, "cpu", records=records, summary=summary)
+    common.write_result(
+        Path(out_dir) / "grf",
+        result,
         records,
-        lambda record: record["method"],
-        [
-            ("time_min", "forward time, best of repeats (s)", 1.0),
-            ("peak_memory_bytes", "peak memory (MiB)", 2**-20),
-        ],
-        out_dir / "grf.png",
+        _method,
+        [("time_min", "forward time, best of repeats (s)", 1.0), common.MEMORY_PANEL],
         f"GRF-masked linear attention on 2-D grids, H={config.heads} d={config.head_channels}, "
         f"{config.threads} thread(s)",
     )
     return result
+
+
+def _method(record: dict) -> str:
+    return record["method"]

@@ -10,19 +10,16 @@ with the same multiply-adds as an exact search (``2·H·N²·d`` flops): the flo
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 from torch import Tensor
-from tqdm import tqdm
 
-from kmipgt.bench.attention import check_positive, machine_info
-from kmipgt.bench.isolation import run_isolated, time_calls
-from kmipgt.bench.plotting import plot_scaling
-from kmipgt.ops import topk_inner_product
-from kmipgt.ops.topk import APPROXIMATE_BACKENDS, SEARCH_BACKENDS
+from kmipgt.bench import common
+from kmipgt.bench.isolation import time_calls
+from kmipgt.ops import SEARCH_BACKENDS, topk_inner_product
+from kmipgt.ops.topk import APPROXIMATE_BACKENDS
 
 __all__ = ["GEMM", "SearchBenchConfig", "default_backends", "run_search_benchmark", "search_markdown_table"]
 
@@ -45,10 +42,9 @@ def default_backends(device: str) -> list[str]:
 
 
 @dataclass
-class SearchBenchConfig:
+class SearchBenchConfig(common.PointBenchConfig):
     """What to measure. ``n_values``: nodes of the one graph searched. ``tokens``: a saved-token file."""
 
-    n_values: list[int]
     backends: list[str] = field(default_factory=lambda: default_backends("cpu"))
     gemm: bool = True
     heads: int = 1
@@ -58,31 +54,31 @@ class SearchBenchConfig:
     nprobe: int | None = None
     tokens: str | None = None
     recall_queries: int = 1024
+    # Fewer, longer runs than the base's defaults: a search point at large N takes minutes.
     repeats: int = 2
-    warmup: int = 1
-    device: str = "cpu"
-    dtype: str = "float32"
     time_budget: float = 300.0
-    memory_budget_gb: float = 16.0
     threads: int | None = None
-    seed: int = 0
 
     def __post_init__(self) -> None:
         unknown = set(self.backends) - (set(SEARCH_BACKENDS) - {"auto"})
         if unknown:
             raise ValueError(f"`backends` must be among {SEARCH_BACKENDS[1:]}, got {sorted(unknown)}")
-        if not self.n_values or min(self.n_values) < 1:
-            raise ValueError(f"`n_values` must be positive node counts, got {self.n_values}")
-        self.n_values = sorted(self.n_values)
+        super().__post_init__()
         if self.threads is not None and self.threads < 1:
             raise ValueError(f"`threads` must be positive or None (torch's default), got {self.threads}")
-        if self.repeats < 1 or self.warmup < 0 or self.recall_queries < 1:
-            raise ValueError("`repeats` and `recall_queries` must be >= 1 and `warmup` >= 0")
-        check_positive(self, ("heads", "dim", "k", "nlist", "nprobe", "time_budget", "memory_budget_gb"))
+        if self.recall_queries < 1:
+            raise ValueError("`recall_queries` must be >= 1")
+        common.check_positive(self, ("heads", "dim", "k", "nlist", "nprobe"))
         if self.tokens is not None and not Path(self.tokens).is_file():
             raise ValueError(
                 f"`tokens` must be a file written by `kmipgt train --save-tokens`, got {self.tokens}"
             )
+
+    def over_budget(self, previous: dict | None, params: dict) -> str | None:
+        """Why the point would exceed a budget (:func:`~kmipgt.bench.common.predicted_over_budget`)."""
+        # Exact search is quadratic in N; the inverted-file search grows about as N^1.5.
+        exponent = 1.5 if params["backend"] in APPROXIMATE_BACKENDS else 2.0
+        return common.predicted_over_budget(previous, params["n"], self, time_exponent=exponent)
 
 
 def load_tokens(path: str, n: int, seed: int) -> tuple[Tensor, Tensor]:
@@ -134,7 +130,7 @@ def _set_threads(threads: int | None) -> None:
 
 
 def measure_search(params: dict) -> dict:
-    """One (backend, N) point; runs inside :func:`run_isolated`."""
+    """One (backend, N) point of a search: its time and sampled recall@k."""
     _set_threads(params.get("threads"))
     torch.manual_seed(params["seed"])
     query, key = _inputs(params)
@@ -161,19 +157,9 @@ def measure_gemm(params: dict) -> dict:
     return {**timing, "gemm_size": size, "gflops": 2 * size**3 / timing["time_median"] / 1e9}
 
 
-def _predicted_over_budget(previous: dict | None, params: dict, config: SearchBenchConfig) -> str | None:
-    if previous is None:
-        return None
-    if previous["status"] != "ok":
-        return "a smaller N of this series was already over budget"
-    growth = params["n"] / previous["n"]
-    # Exact search is quadratic in N; the inverted-file search grows about as N^1.5.
-    exponent = 1.5 if params["backend"] in APPROXIMATE_BACKENDS else 2.0
-    if previous["time_median"] * growth**exponent * (config.repeats + config.warmup) > config.time_budget:
-        return f"predicted time over the {config.time_budget:.0f} s budget"
-    if previous["peak_memory_bytes"] * growth > config.memory_budget_gb * 2**30:
-        return f"predicted memory over the {config.memory_budget_gb:.0f} GB budget"
-    return None
+def measure_point(params: dict) -> dict:
+    """One (backend, N) point, a search's or the GEMM floor's: what ``run_budgeted`` runs in isolation."""
+    return measure_gemm(params) if params["backend"] == GEMM else measure_search(params)
 
 
 def _heads_dim(config: SearchBenchConfig) -> tuple[int, int]:
@@ -188,57 +174,29 @@ def run_search_benchmark(config: SearchBenchConfig, out_dir: Path) -> dict:
     heads, dim = _heads_dim(config)
     shared = {**asdict(config), "heads": heads, "dim": dim}
     del shared["n_values"], shared["backends"]
-    series = list(config.backends) + ([GEMM] if config.gemm else [])
-    records: list[dict] = []
-    previous: dict[str, dict] = {}
-    todo = [(backend, n) for backend in series for n in config.n_values]
-    for backend, n in tqdm(todo, desc="bench search", unit="point"):
-        params = {**shared, "backend": backend, "n": n}
-        record = {"backend": backend, "n": n}
-        reason = _predicted_over_budget(previous.get(backend), params, config)
-        if reason:
-            record |= {"status": "skipped", "reason": reason}
-        else:
-            target = "kmipgt.bench.search:" + ("measure_gemm" if backend == GEMM else "measure_search")
-            record |= run_isolated(target, params, max(120.0, 2 * config.time_budget))
-        previous[backend] = record
-        records.append(record)
-    result = {"config": asdict(config), "machine": machine_info(config.device), "points": records}
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "search.json").write_text(json.dumps(result, indent=2))
+    specs = [{"backend": backend} for backend in list(config.backends) + ([GEMM] if config.gemm else [])]
+    result = common.run_budgeted(config, "search", specs, shared, min_timeout=120.0)
     data = "Gaussian" if config.tokens is None else f"tokens {Path(config.tokens).name}"
-    plot_scaling(
-        records,
-        lambda record: record["backend"],
-        [
-            ("time_median", "time (s, median)", 1.0),
-            ("peak_memory_bytes", "peak memory (MiB)", 2**-20),
-            ("recall", "recall@k (sampled queries)", 1.0),
-        ],
-        out_dir / "search.png",
-        f"key search, {data}, H={heads} d={dim} k={config.k} {config.dtype} on {config.device}",
-    )
+    title = f"key search, {data}, H={heads} d={dim} k={config.k} {config.dtype} on {config.device}"
+    panels = [common.TIME_PANEL, common.MEMORY_PANEL, ("recall", "recall@k (sampled queries)", 1.0)]
+    common.write_result(out_dir / "search", result, result["points"], _backend, panels, title)
     return result
+
+
+def _backend(record: dict) -> str:
+    return record["backend"]
+
+
+def _cell(record: dict) -> str:
+    if record["status"] != "ok":
+        return record["status"]
+    cell = f"{record['time_median']:.3g} s [{record['time_min']:.3g}–{record['time_max']:.3g}]"
+    if record["backend"] == GEMM:
+        return cell + f", {record['gflops']:.0f} GFLOP/s"
+    return cell + f", {record['peak_memory_bytes'] / 2**20:.0f} MiB, recall {record['recall']:.3f}"
 
 
 def search_markdown_table(result: dict) -> str:
     """Per N: time (median [min–max]), peak memory and recall of each backend, and the GEMM floor."""
     names = list(dict.fromkeys(r["backend"] for r in result["points"]))
-    by_key = {(r["backend"], r["n"]): r for r in result["points"]}
-    header = "| N | " + " | ".join(names) + " |\n|---|" + "---|" * len(names) + "\n"
-    rows = []
-    for n in sorted({r["n"] for r in result["points"]}):
-        cells = []
-        for name in names:
-            record = by_key.get((name, n))
-            if record is None or record["status"] != "ok":
-                cells.append("" if record is None else record["status"])
-                continue
-            cell = f"{record['time_median']:.3g} s [{record['time_min']:.3g}–{record['time_max']:.3g}]"
-            if name == GEMM:
-                cell += f", {record['gflops']:.0f} GFLOP/s"
-            else:
-                cell += f", {record['peak_memory_bytes'] / 2**20:.0f} MiB, recall {record['recall']:.3f}"
-            cells.append(cell)
-        rows.append(f"| {n:,} | " + " | ".join(cells) + " |")
-    return header + "\n".join(rows)
+    return common.series_table(result["points"], names, _backend, _cell)
