@@ -18,8 +18,7 @@ from tqdm import tqdm
 
 from kmipgt.bench.isolation import run_isolated, time_calls
 from kmipgt.bench.plotting import plot_scaling
-from kmipgt.ops import full_attention, kmip_attention
-from kmipgt.ops.topk import SEARCH_BACKENDS
+from kmipgt.ops import SEARCH_BACKENDS, full_attention, kmip_attention
 
 __all__ = ["METHODS", "PASSES", "AttentionBenchConfig", "geometric_grid", "run_attention_benchmark"]
 

@@ -21,8 +21,7 @@ from tqdm import tqdm
 from kmipgt.bench.attention import check_positive, machine_info
 from kmipgt.bench.isolation import run_isolated, time_calls
 from kmipgt.bench.plotting import plot_scaling
-from kmipgt.ops import topk_inner_product
-from kmipgt.ops.topk import APPROXIMATE_BACKENDS, SEARCH_BACKENDS
+from kmipgt.ops import APPROXIMATE_BACKENDS, SEARCH_BACKENDS, topk_inner_product
 
 __all__ = ["GEMM", "SearchBenchConfig", "default_backends", "run_search_benchmark", "search_markdown_table"]
 
