@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-import kmipgt.ops.ivf_search as ivf_search
+import kmipgt.ops.search.backends.ivf_search as ivf_search
 from kmipgt.ops import full_attention, full_attention_topk, kmip_attention, topk_inner_product
 from reference import reference_attention, reference_topk
 

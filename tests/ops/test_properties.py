@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-import kmipgt.ops.ivf_search as ivf_search
+import kmipgt.ops.search.ivf_common as ivf_search
 from kmipgt.ops import full_attention, kmip_attention, topk_inner_product
 from reference import reference_attention, reference_topk
 

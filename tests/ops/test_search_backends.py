@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-import kmipgt.ops.fused_search as fused_search
-import kmipgt.ops.ivf_search as ivf_search
+import kmipgt.ops.search.backends.ivf_search as ivf_search
+import kmipgt.ops.search.fused_kernel as fused_search
+import kmipgt.ops.search.ivf_common as ivf_common
 from kmipgt.ops import kmip_attention, topk_inner_product
 from reference import reference_attention, reference_topk
 
@@ -125,7 +126,7 @@ def test_built_library_is_cached(tmp_path, monkeypatch):
 def test_ivf_probing_every_list_is_exact(ragged, probe_kernel, monkeypatch):
     if probe_kernel == "torch":
         monkeypatch.setattr(ivf_search, "fused_library", lambda: None)
-    monkeypatch.setattr(ivf_search, "IVF_MIN_NODES", 100)
+    monkeypatch.setattr(ivf_common, "IVF_MIN_NODES", 100)
     # Integer tokens: exact float32 arithmetic and many ties, so the index must match to the last tie.
     query, key, ptr = ragged([200, 50, 0, 130], heads=2, dim=4, integer=True)
     scores, index = topk_inner_product(query, key, 12, ptr=ptr, backend="ivf", nlist=6, nprobe=6)
@@ -154,7 +155,7 @@ def test_ivf_centroid_selection_matches_brute_force(route, count, monkeypatch):
 
 def test_ivf_lists_are_numbered_by_their_largest_score_and_radii_cover_their_keys():
     gen = torch.Generator().manual_seed(4)
-    _, lifted_key = ivf_search._lift(torch.randn(3000, 6, generator=gen), torch.randn(3000, 6, generator=gen))
+    _, lifted_key = ivf_common.lift(torch.randn(3000, 6, generator=gen), torch.randn(3000, 6, generator=gen))
     centroids, radii, key_list = ivf_search._inverted_lists(lifted_key, 24, torch.Generator().manual_seed(0))
     distance = (lifted_key - centroids[key_list]).norm(dim=-1)
     for j in range(24):
@@ -166,7 +167,7 @@ def test_ivf_lists_are_numbered_by_their_largest_score_and_radii_cover_their_key
 
 
 def test_ivf_recall_grows_with_nprobe_and_scores_are_exact(ragged, monkeypatch):
-    monkeypatch.setattr(ivf_search, "IVF_MIN_NODES", 100)
+    monkeypatch.setattr(ivf_common, "IVF_MIN_NODES", 100)
     query, key, ptr = ragged([1000], heads=1, dim=8)
     _, ref_index = reference_topk(query, key, 10, ptr.tolist())
     recalls = []
@@ -180,7 +181,7 @@ def test_ivf_recall_grows_with_nprobe_and_scores_are_exact(ragged, monkeypatch):
 
 
 def test_kmip_attention_with_ivf_probing_everything_equals_reference(ragged, monkeypatch):
-    monkeypatch.setattr(ivf_search, "IVF_MIN_NODES", 100)
+    monkeypatch.setattr(ivf_common, "IVF_MIN_NODES", 100)
     query, key, ptr = ragged([300, 40], heads=1, dim=4)
     value = torch.randn(340, 1, 3)
     out = kmip_attention(query, key, value, 8, ptr=ptr, backend="ivf", nlist=8, nprobe=8)
@@ -190,7 +191,7 @@ def test_kmip_attention_with_ivf_probing_everything_equals_reference(ragged, mon
 
 @pytest.mark.requires("faiss")
 def test_faiss_probing_every_list_finds_the_exact_top_k(ragged, monkeypatch):
-    monkeypatch.setattr(ivf_search, "IVF_MIN_NODES", 100)
+    monkeypatch.setattr(ivf_common, "IVF_MIN_NODES", 100)
     query, key, ptr = ragged([400, 20], heads=2, dim=8)
     scores, index = topk_inner_product(query, key, 10, ptr=ptr, backend="faiss", nlist=16, nprobe=16)
     _assert_selects_reference_scores(query, key, ptr, 10, scores, index)
@@ -220,7 +221,7 @@ def test_bad_search_options_name_the_argument(kwargs, error, match):
 
 
 def test_triton_backend_on_cpu_tensors_is_refused(monkeypatch):
-    import kmipgt.ops.triton_search as triton_search
+    import kmipgt.ops.search.backends.triton_search as triton_search
 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     query = torch.randn(5, 1, 3)

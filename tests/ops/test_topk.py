@@ -20,7 +20,7 @@ def test_topk_matches_dense_lexsort(ragged, backend, sizes, k):
 
 
 def test_key_tiles_and_query_tiles_merge_exactly(ragged, monkeypatch):
-    import kmipgt.ops.topk as topk_module
+    import kmipgt.ops.search.blockwise as topk_module
 
     query, key, ptr = ragged([1500, 900], heads=1, dim=4, dtype=torch.float64)
     monkeypatch.setattr(topk_module, "_TILE_ELEMENTS", {"cpu": 5000})
@@ -32,7 +32,7 @@ def test_key_tiles_and_query_tiles_merge_exactly(ragged, monkeypatch):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_ties_break_by_lower_index(backend, monkeypatch):
-    import kmipgt.ops.topk as topk_module
+    import kmipgt.ops.search.blockwise as topk_module
 
     monkeypatch.setattr(topk_module, "_KEY_TILE", {"cpu": 16})
     gen = torch.Generator().manual_seed(1)

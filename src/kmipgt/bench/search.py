@@ -18,8 +18,7 @@ from torch import Tensor
 
 from kmipgt.bench import common
 from kmipgt.bench.isolation import time_calls
-from kmipgt.ops import SEARCH_BACKENDS, topk_inner_product
-from kmipgt.ops.topk import APPROXIMATE_BACKENDS
+from kmipgt.ops import APPROXIMATE_BACKENDS, SEARCH_BACKENDS, topk_inner_product
 
 __all__ = ["GEMM", "SearchBenchConfig", "default_backends", "run_search_benchmark", "search_markdown_table"]
 

@@ -9,7 +9,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from kmipgt.ops.ragged import graph_blocks, graph_ptr, node_graph_bounds
-from kmipgt.ops.topk import MIN_BLOCK_NODES, Backend, check_query_key, require_finite, topk_inner_product
+from kmipgt.ops.search.blockwise import MIN_BLOCK_NODES
+from kmipgt.ops.search.checks import check_query_key, require_finite
+from kmipgt.ops.search.dispatch import Backend, topk_inner_product
 
 __all__ = ["AttentionSelection", "full_attention", "full_attention_topk", "kmip_attention"]
 

@@ -7,12 +7,14 @@ tie at the k-th place may pick a different key than the torch backend.
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 
 import torch
 from torch import Tensor
 
-from kmipgt.ops.topk import sort_by_score_then_index
+from kmipgt.ops.search.blockwise import sort_by_score_then_index
+from kmipgt.ops.search.registry import SearchBackend, register
 
 __all__ = ["topk_keops"]
 
@@ -56,3 +58,14 @@ def topk_keops(query: Tensor, key: Tensor, k: int, ptr: Tensor) -> tuple[Tensor,
         scores_out[start:end, :, :width] = scores.transpose(0, 1)
         index_out[start:end, :, :width] = local.transpose(0, 1) + start
     return scores_out, index_out
+
+
+register(
+    SearchBackend(
+        name="keops",
+        search=topk_keops,
+        exact=True,
+        available=lambda: importlib.util.find_spec("pykeops") is not None,
+        devices=("cpu", "cuda"),
+    )
+)

@@ -1,21 +1,24 @@
 """Approximate top-k inner-product search with faiss' ``IndexIVFFlat`` (the optional ``faiss`` extra).
 
 faiss gets the same MIPS-to-nearest-neighbour transform as the torch IVF index
-(:mod:`kmipgt.ops.ivf_search`), so the two differ only in their k-means and probing code. One index is
-trained per (graph, head), unlike the reference implementation, which trained one on the first
-(batch, head) and reused it for all. faiss runs on the CPU: CUDA inputs are copied to the host and the
-result copied back. The scores of the keys found are recomputed exactly in torch, so they equal the
-exact backends' scores for the same keys.
+(:mod:`~kmipgt.ops.search.backends.ivf_search`, through :mod:`~kmipgt.ops.search.ivf_common`), so the two
+differ only in their k-means and probing code. One index is trained per (graph, head), unlike the
+reference implementation, which trained one on the first (batch, head) and reused it for all. faiss
+runs on the CPU: CUDA inputs are copied to the host and the result copied back. The scores of the keys
+found are recomputed exactly in torch, so they equal the exact backends' scores for the same keys.
 """
 
 from __future__ import annotations
 
+import importlib.util
+
 import torch
 from torch import Tensor
 
-from kmipgt.ops import ivf_search
-from kmipgt.ops.ivf_search import _check_option, _lift, default_nlist, default_nprobe
-from kmipgt.ops.topk import exact_search, sort_by_score_then_index
+from kmipgt.ops.search import ivf_common
+from kmipgt.ops.search.blockwise import sort_by_score_then_index
+from kmipgt.ops.search.ivf_common import check_option, default_nlist, default_nprobe, lift
+from kmipgt.ops.search.registry import SearchBackend, auto_backend, register
 
 __all__ = ["topk_faiss"]
 
@@ -32,7 +35,7 @@ def _faiss():
 
 def _faiss_one(faiss, query: Tensor, key: Tensor, k: int, nlist: int, nprobe: int, seed: int) -> Tensor:
     """``[n, k]`` local indices (``-1``: not found) of one (graph, head); CPU ``query``/``key`` ``[n, d]``."""
-    lifted_query, lifted_key = _lift(query.float(), key.float())
+    lifted_query, lifted_key = lift(query.float(), key.float())
     dim = lifted_key.shape[1]
     index = faiss.IndexIVFFlat(faiss.IndexFlatL2(dim), dim, nlist, faiss.METRIC_L2)
     index.cp.seed = seed
@@ -57,12 +60,13 @@ def topk_faiss(
 ) -> tuple[Tensor, Tensor]:
     """Approximate top-k keys per query within each graph with faiss, per (graph, head).
 
-    Args and returns as :func:`kmipgt.ops.ivf_search.topk_ivf` (same defaults for ``nlist``/``nprobe``;
-    graphs below ``IVF_MIN_NODES`` nodes are searched exactly). Raises ImportError without faiss.
+    Args and returns as :func:`~kmipgt.ops.search.backends.ivf_search.topk_ivf` (same defaults for
+    ``nlist``/``nprobe``; graphs below ``ivf_common.IVF_MIN_NODES`` nodes are searched exactly). Raises
+    ImportError without faiss.
     """
     faiss = _faiss()
-    _check_option("nlist", nlist)
-    _check_option("nprobe", nprobe)
+    check_option("nlist", nlist)
+    check_option("nprobe", nprobe)
     faiss.omp_set_num_threads(torch.get_num_threads())
     num_nodes, heads, _ = query.shape
     query, key = query.detach(), key.detach()
@@ -72,8 +76,9 @@ def topk_faiss(
         start = int(ptr[g])
         if size == 0:
             continue
-        if size < ivf_search.IVF_MIN_NODES:
-            _, local = exact_search(
+        if size < ivf_common.IVF_MIN_NODES:
+            exact = auto_backend(query.device.type, query.dtype)
+            _, local = exact.search(
                 query[start : start + size], key[start : start + size], k, torch.tensor([0, size])
             )
             index_out[start : start + size] = torch.where(local >= 0, local + start, -1).cpu()
@@ -100,3 +105,13 @@ def topk_faiss(
     # Unfound slots carry index num_nodes so they sort after every real key of equal (-inf) score.
     scores, index_out = sort_by_score_then_index(scores, torch.where(found, index_out, num_nodes))
     return scores, torch.where(index_out >= num_nodes, -1, index_out)
+
+
+register(
+    SearchBackend(
+        name="faiss",
+        search=topk_faiss,
+        exact=False,
+        available=lambda: importlib.util.find_spec("faiss") is not None,
+    )
+)

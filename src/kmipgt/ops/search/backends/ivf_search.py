@@ -13,18 +13,16 @@ matmul per list). One index per (graph, head), built on every call: the keys cha
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
-from kmipgt.ops.fused_search import FUSED_DTYPES, fused_library, group_probes, probe_topk_fused
-from kmipgt.ops.topk import _tile_topk, exact_search, sort_by_score_then_index
+from kmipgt.ops.search import ivf_common
+from kmipgt.ops.search.blockwise import sort_by_score_then_index, tile_topk
+from kmipgt.ops.search.fused_kernel import FUSED_DTYPES, fused_library, group_probes, probe_topk_fused
+from kmipgt.ops.search.ivf_common import check_option, default_nlist, default_nprobe, lift
+from kmipgt.ops.search.registry import SearchBackend, auto_backend, register
 
-__all__ = ["IVF_MIN_NODES", "default_nlist", "default_nprobe", "topk_ivf"]
-
-# Graphs this small are searched exactly: an index would cost more than it saves.
-IVF_MIN_NODES = 1024
+__all__ = ["topk_ivf"]
 # k-means is trained on at most this many keys per list (as faiss does), for a bounded build time.
 _TRAIN_POINTS_PER_LIST = 32
 _KMEANS_ITERATIONS = 8
@@ -36,25 +34,6 @@ _KMEANS_ITERATIONS = 8
 _RADIUS_WEIGHT = 0.25
 # Transient elements per chunk of the probe phase (gathered queries + candidates), ~256 MB in float32.
 _CHUNK_ELEMENTS = 1 << 26
-
-
-def default_nlist(num_nodes: int) -> int:
-    """Lists per index: about ``2·sqrt(N)``, balancing k-means (cost ∝ nlist) against probing (∝ N/nlist)."""
-    return max(1, round(2 * math.sqrt(num_nodes)))
-
-
-def default_nprobe(nlist: int) -> int:
-    """Lists probed per query: 1/16 of the lists (at least 8), i.e. about 1/16 of the exact work."""
-    return min(nlist, max(8, nlist // 16))
-
-
-def _check_option(name: str, value: int | None) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"`{name}` must be an int or None, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"`{name}` must be >= 1, got {value}")
 
 
 def _top_centroids(points: Tensor, centroids: Tensor, bias: Tensor, count: int) -> Tensor:
@@ -142,17 +121,6 @@ def _inverted_lists(
     return centroids[order], radii[order], rank[key_list]
 
 
-def _lift(query: Tensor, key: Tensor) -> tuple[Tensor, Tensor]:
-    """The MIPS-to-NN transform: ``[n, d+1]`` unit-norm lifted keys and normalised, zero-padded queries."""
-    norms = key.norm(dim=-1)
-    scale = norms.max().clamp_min(torch.finfo(key.dtype).tiny)
-    extra = (1 - (norms / scale).pow(2)).clamp_min(0).sqrt()
-    lifted_key = torch.cat([key / scale, extra[:, None]], dim=-1)
-    unit_query = query / query.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(query.dtype).tiny)
-    lifted_query = torch.cat([unit_query, unit_query.new_zeros(query.shape[0], 1)], dim=-1)
-    return lifted_query, lifted_key
-
-
 def _probe_topk_torch(
     query: Tensor, sorted_keys: Tensor, k: int, key_order: Tensor, key_ptr: Tensor, probes: Tensor
 ) -> tuple[Tensor, Tensor]:
@@ -180,7 +148,7 @@ def _probe_topk_torch(
             if count == 0 or end == start:
                 continue
             scores = query[c0 + pairs // nprobe] @ sorted_keys[start:end].T
-            values, positions = _tile_topk(scores, min(k, end - start))
+            values, positions = tile_topk(scores, min(k, end - start))
             cand_s[pairs, : values.shape[1]] = values
             cand_i[pairs, : values.shape[1]] = key_order[start + positions]
         # Missing candidates carry id n, so among equal (-inf) scores they sort after real keys.
@@ -195,7 +163,7 @@ def _ivf_one(query: Tensor, key: Tensor, k: int, nlist: int, nprobe: int, seed: 
     n = key.shape[0]
     generator = torch.Generator().manual_seed(seed)
     work = query.float() if query.dtype in (torch.float16, torch.bfloat16) else query
-    lifted_query, lifted_key = _lift(work, key.to(work.dtype))
+    lifted_query, lifted_key = lift(work, key.to(work.dtype))
     centroids, radii, key_list = _inverted_lists(lifted_key, nlist, generator)
     key_order = key_list.argsort(stable=True)
     key_ptr = torch.cat([key_list.new_zeros(1), torch.bincount(key_list, minlength=nlist).cumsum(0)]).cpu()
@@ -255,28 +223,30 @@ def topk_ivf(
     Returns:
         ``(scores, index)``: ``[N, H, k]`` descending exact scores of the keys found and their int64
         global indices; ``-inf``/``-1`` where fewer than k keys were found (graphs smaller than k, or
-        probed lists holding fewer than k keys). Graphs below :data:`IVF_MIN_NODES` nodes are searched
-        exactly.
+        probed lists holding fewer than k keys). Graphs below ``ivf_common.IVF_MIN_NODES`` nodes are
+        searched exactly (by the ``auto`` backend).
     """
-    _check_option("nlist", nlist)
-    _check_option("nprobe", nprobe)
+    check_option("nlist", nlist)
+    check_option("nprobe", nprobe)
     num_nodes, heads, _ = query.shape
     query, key = query.detach(), key.detach()
     scores_out = query.new_full((num_nodes, heads, k), float("-inf"))
     index_out = torch.full((num_nodes, heads, k), -1, dtype=torch.long, device=query.device)
     sizes = (ptr[1:] - ptr[:-1]).tolist()
-    small = [g for g, size in enumerate(sizes) if 0 < size < IVF_MIN_NODES]
+    min_nodes = ivf_common.IVF_MIN_NODES
+    small = [g for g, size in enumerate(sizes) if 0 < size < min_nodes]
     if small:
         rows = torch.cat([torch.arange(int(ptr[g]), int(ptr[g + 1])) for g in small]).to(query.device)
         small_ptr = torch.cat(
             [torch.zeros(1, dtype=torch.long), torch.tensor([sizes[g] for g in small]).cumsum(0)]
         )
-        scores, index = exact_search(query[rows], key[rows], k, small_ptr)
+        exact = auto_backend(query.device.type, query.dtype)
+        scores, index = exact.search(query[rows], key[rows], k, small_ptr)
         found = index >= 0
         index[found] = rows[index[found]]
         scores_out[rows], index_out[rows] = scores, index
     for g, size in enumerate(sizes):
-        if size < IVF_MIN_NODES:
+        if size < min_nodes:
             continue
         start = int(ptr[g])
         lists = min(size, nlist if nlist is not None else default_nlist(size))
@@ -288,3 +258,13 @@ def topk_ivf(
             scores_out[start : start + size, h] = scores
             index_out[start : start + size, h] = torch.where(index >= 0, index + start, -1)
     return scores_out, index_out
+
+
+register(
+    SearchBackend(
+        name="ivf",
+        search=topk_ivf,
+        exact=False,
+        available=lambda: True,
+    )
+)

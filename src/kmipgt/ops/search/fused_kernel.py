@@ -1,4 +1,4 @@
-"""Fused exact top-k inner-product search on the CPU: a small C++ kernel built once per machine.
+"""The fused CPU search kernel: build, load and call a small C++ kernel (shared by ``fused`` and ``ivf``).
 
 Why a C++ kernel and why built this way (see docs/search.md): the blockwise ``matmul`` + ``topk`` search
 spends most of its time writing a score tile to memory and reading it back for ``topk``. The kernel
@@ -10,7 +10,8 @@ and handed tensor pointers. That needs no ninja, no torch headers and no Python-
 build, unlike ``torch.utils.cpp_extension``.
 numba has no explicit SIMD vector type, so the register blocking would be left to its auto-vectorizer;
 GCC vector extensions state it directly and still compile for any target. Where no compiler works,
-:func:`fused_library` warns once and returns ``None``; the dispatcher then uses the blockwise search.
+:func:`fused_library` warns once and returns ``None``; ``fused`` and ``auto`` then use the blockwise
+search, and the IVF index its torch probing.
 """
 
 from __future__ import annotations

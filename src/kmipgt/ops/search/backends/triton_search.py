@@ -1,0 +1,72 @@
+"""Backend ``"triton"``: exact search on CUDA with the kernel of :mod:`kmipgt.ops.search.triton_kernel`.
+
+The optional ``triton`` package (it ships with CUDA builds of torch) is imported only on the first search,
+so registering this backend costs nothing where it is never used.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+
+import torch
+from torch import Tensor
+
+from kmipgt.ops.search.registry import SearchBackend, register
+
+__all__ = ["MAX_TRITON_K", "TRITON_DTYPES", "topk_triton", "triton_available"]
+
+TRITON_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# The k-best buffer lives in registers as [BLOCK_M, next_pow2(k)].
+MAX_TRITON_K = 128
+
+
+@functools.lru_cache(maxsize=1)
+def triton_available() -> bool:
+    """Whether the ``triton`` package can be imported (it ships with CUDA builds of torch)."""
+    return importlib.util.find_spec("triton") is not None
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def topk_triton(query: Tensor, key: Tensor, k: int, ptr: Tensor) -> tuple[Tensor, Tensor]:
+    """Exact top-k keys per query within its own graph, with the Triton kernel.
+
+    Args:
+        query: ``[N, H, d]`` CUDA queries (float32, float16 or bfloat16; scored at float32 accuracy).
+        key: ``[N, H, d]`` keys, same dtype and device.
+        k: keys per query, ``1 <= k <= MAX_TRITON_K``.
+        ptr: ``[G + 1]`` validated CSR offsets of the graphs.
+
+    Returns:
+        ``(scores, index)``: ``[N, H, k]`` descending scores (query dtype) and int64 global key indices,
+        ties broken by lower index; ``-inf``/``-1`` beyond a graph's size.
+    """
+    if not triton_available():
+        raise ImportError("backend='triton' needs the `triton` package (it ships with CUDA builds of torch)")
+    if query.device.type != "cuda" and not _interpreting():
+        raise ValueError(f"backend='triton' runs on CUDA tensors, got {query.device}; use 'fused' on the CPU")
+    if query.dtype not in TRITON_DTYPES:
+        raise TypeError(f"backend='triton' takes {TRITON_DTYPES}, got {query.dtype}; use backend='torch'")
+    if k > MAX_TRITON_K:
+        raise ValueError(f"backend='triton' supports k <= {MAX_TRITON_K}, got {k}; use backend='torch'")
+    from kmipgt.ops.search.triton_kernel import launch_topk_kernel
+
+    return launch_topk_kernel(query, key, k, ptr)
+
+
+register(
+    SearchBackend(
+        name="triton",
+        search=topk_triton,
+        exact=True,
+        # Looked up at call time, so a patched or cleared `triton_available` is what `auto` sees.
+        available=lambda: triton_available(),
+        devices=("cuda",),
+        dtypes=TRITON_DTYPES,
+        auto_rank=1,
+    )
+)

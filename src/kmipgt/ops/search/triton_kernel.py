@@ -1,0 +1,169 @@
+"""The fused exact top-k kernel for CUDA, in Triton; imported only by the ``triton`` backend, once installed.
+
+One program owns a block of queries of one graph and one head. It sweeps the graph's keys tile by
+tile: a ``tl.dot`` gives the ``[BLOCK_M, BLOCK_N]`` scores in registers (``tf32x3``: float32 accuracy,
+not the 10-bit mantissa of plain TF32), and a per-query buffer of the k best so far is updated only
+while some score of the tile beats a query's current k-th best, one winner per query per round.
+Scores never reach global memory. Each score is packed with its key index into one int64 whose order is
+(score descending, index ascending), so the buffer, the threshold and the final sort need one compare.
+
+``TRITON_INTERPRET=1`` runs the same kernel on CPU tensors (for testing without a GPU).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+__all__ = ["launch_topk_kernel"]
+
+_BLOCK_M = 64
+_BLOCK_N = 64
+# Below every packed (score, index) key: the empty slot. As constexprs the int64 extremes keep their type.
+_EMPTY_SLOT = tl.constexpr(-(2**63))
+_UNUSED_SLOT = tl.constexpr(2**63 - 1)
+
+
+@triton.jit
+def _topk_kernel(
+    query,
+    key,
+    out_scores,
+    out_index,
+    block_query_start,
+    block_query_end,
+    block_key_start,
+    block_key_end,
+    heads,
+    dim,
+    k,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    K_PAD: tl.constexpr,
+):
+    block = tl.program_id(0)
+    head = tl.program_id(1)
+    q_start = tl.load(block_query_start + block)
+    q_end = tl.load(block_query_end + block)
+    k_start = tl.load(block_key_start + block)
+    k_end = tl.load(block_key_end + block)
+    rows = q_start + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, BLOCK_D)
+    row_ok = rows < q_end
+    stride = heads * dim
+    q = tl.load(
+        query + rows[:, None].to(tl.int64) * stride + head * dim + dims[None, :],
+        mask=row_ok[:, None] & (dims[None, :] < dim),
+        other=0.0,
+    ).to(tl.float32)
+    empty = _EMPTY_SLOT
+    best = tl.full((BLOCK_M, K_PAD), empty, tl.int64)
+    slots = tl.arange(0, K_PAD)
+    # Slots past k never hold a key: +max keeps them out of the running minimum (the threshold).
+    best = tl.where(slots[None, :] < k, best, _UNUSED_SLOT)
+    threshold = tl.full((BLOCK_M,), empty, tl.int64)
+    for tile in range(k_start, k_end, BLOCK_N):
+        cols = tile + tl.arange(0, BLOCK_N)
+        col_ok = cols < k_end
+        kt = tl.load(
+            key + cols[None, :].to(tl.int64) * stride + head * dim + dims[:, None],
+            mask=col_ok[None, :] & (dims[:, None] < dim),
+            other=0.0,
+        ).to(tl.float32)
+        # tf32x3: three TF32 tensor-core products give float32 accuracy at twice the speed of
+        # the FMA-based "ieee" dot (H100, N = 1M, d = 16: 1.9 s vs 3.8 s); "+ 0.0" turns -0.0 into +0.0.
+        scores = tl.dot(q, kt, input_precision="tf32x3") + 0.0
+        # Cheap float test first, against the k-th best score as a float (-inf while the buffer
+        # fills); scores are packed with their indices only in tiles with a hit.
+        threshold_bits = (threshold >> 32).to(tl.int32)
+        threshold_score = tl.where(
+            threshold == empty,
+            float("-inf"),
+            tl.where(threshold_bits >= 0, threshold_bits, threshold_bits ^ 0x7FFFFFFF).to(
+                tl.float32, bitcast=True
+            ),
+        )
+        hit = (scores >= threshold_score[:, None]) & col_ok[None, :] & row_ok[:, None]
+        if tl.max(hit.to(tl.int32)) > 0:
+            bits = scores.to(tl.int32, bitcast=True)
+            ordered = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF).to(tl.int64)
+            low = (4294967295 - cols.to(tl.int64))[None, :]
+            packed = tl.where(hit, (ordered << 32) + low, empty)
+            candidates = tl.where(packed > threshold[:, None], packed, empty)
+            pending = tl.max(tl.max(candidates, axis=1), axis=0) > empty
+            while pending:
+                winner = tl.max(candidates, axis=1)
+                position = tl.argmin(best, axis=1)
+                take = (slots[None, :] == position[:, None]) & (winner > threshold)[:, None]
+                best = tl.where(take, winner[:, None], best)
+                threshold = tl.min(best, axis=1)
+                candidates = tl.where(
+                    (candidates != winner[:, None]) & (candidates > threshold[:, None]), candidates, empty
+                )
+                pending = tl.max(tl.max(candidates, axis=1), axis=0) > empty
+    best = tl.sort(tl.where(slots[None, :] < k, best, empty), dim=1, descending=True)
+    top_bits = (best >> 32).to(tl.int32)
+    values = tl.where(top_bits >= 0, top_bits, top_bits ^ 0x7FFFFFFF).to(tl.float32, bitcast=True)
+    index = 4294967295 - (best & 4294967295)
+    found = best != empty
+    values = tl.where(found, values, float("-inf"))
+    index = tl.where(found, index, -1)
+    out = (rows[:, None].to(tl.int64) * heads + head) * k + slots[None, :]
+    ok = row_ok[:, None] & (slots[None, :] < k)
+    tl.store(out_scores + out, values, mask=ok)
+    tl.store(out_index + out, index, mask=ok)
+
+
+def _blocks(ptr: Tensor, device: torch.device) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Per query block: ``[B]`` query start/end and key start/end rows (a block never spans two graphs)."""
+    sizes = ptr[1:] - ptr[:-1]
+    counts = (sizes + _BLOCK_M - 1) // _BLOCK_M
+    graph = torch.repeat_interleave(torch.arange(sizes.numel()), counts)
+    first_block = torch.repeat_interleave(counts.cumsum(0) - counts, counts)
+    q_start = ptr[graph] + (torch.arange(graph.numel()) - first_block) * _BLOCK_M
+    q_end = torch.minimum(q_start + _BLOCK_M, ptr[graph + 1])
+    return tuple(t.to(device) for t in (q_start, q_end, ptr[graph], ptr[graph + 1]))
+
+
+def launch_topk_kernel(query: Tensor, key: Tensor, k: int, ptr: Tensor) -> tuple[Tensor, Tensor]:
+    """Exact top-k keys per query within its own graph; inputs already checked by the ``triton`` backend.
+
+    Args:
+        query: ``[N, H, d]`` CUDA queries (float32, float16 or bfloat16; scored at float32 accuracy).
+        key: ``[N, H, d]`` keys, same dtype and device.
+        k: keys per query, small enough for the k-best buffer to stay in registers (``<= 128``).
+        ptr: ``[G + 1]`` validated CSR offsets of the graphs.
+
+    Returns:
+        ``(scores, index)``: ``[N, H, k]`` descending scores (query dtype) and int64 global key indices,
+        ties broken by lower index; ``-inf``/``-1`` beyond a graph's size.
+    """
+    num_nodes, heads, dim = query.shape
+    scores = torch.full((num_nodes, heads, k), float("-inf"), device=query.device)
+    index = torch.full((num_nodes, heads, k), -1, dtype=torch.long, device=query.device)
+    q_start, q_end, k_start, k_end = _blocks(ptr.cpu().long(), query.device)
+    if q_start.numel() == 0:
+        return scores.to(query.dtype), index
+    block_d = max(16, 1 << (dim - 1).bit_length())
+    k_pad = max(16, 1 << (k - 1).bit_length())
+    _topk_kernel[(q_start.numel(), heads)](
+        query.detach().contiguous(),
+        key.detach().contiguous(),
+        scores,
+        index,
+        q_start,
+        q_end,
+        k_start,
+        k_end,
+        heads,
+        dim,
+        k,
+        BLOCK_M=_BLOCK_M,
+        BLOCK_N=_BLOCK_N,
+        BLOCK_D=block_d,
+        K_PAD=k_pad,
+    )
+    return scores.to(query.dtype), index
