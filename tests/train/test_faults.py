@@ -125,7 +125,7 @@ def test_runtime_failures_exit_1_and_debug_shows_the_traceback(tmp_path, capsys,
     def fail(*args, **kwargs):
         raise RuntimeError("the kernel broke\nsecond line")
 
-    monkeypatch.setattr("kmipgt.train.trainer.Trainer.fit", fail)
+    monkeypatch.setattr("kmipgt.train.loop.Trainer.fit", fail)
     assert _train(tmp_path / "a") == 1
     assert _error_line(capsys) == "kmipgt: error: the kernel broke"
     assert main(["--debug", "train", "--no-progress", *BASE, "--set", f"out_dir={tmp_path / 'b'}"]) == 1

@@ -55,7 +55,7 @@ def test_each_step_shows_a_fresh_share_and_predicts_the_rest(tmp_path, cliques):
     train = int(graph.train_mask.sum())
     draws = []
     for _ in range(2):
-        step, predicted = trainer._hide_labels(graph)
+        step, predicted = trainer.task.hide_labels(graph)
         shown = step.x[:, -1].bool()
         assert int(shown.sum()) == int(0.3 * train)
         assert not (shown & predicted).any() and ((shown | predicted) == graph.train_mask).all()

@@ -15,7 +15,7 @@ from kmipgt.nn import BASELINE_KINDS, BaselineModel
 from kmipgt.train import Trainer, build_model, load_config
 from kmipgt.train.datasets import LOADERS, PreparedData
 from kmipgt.train.metrics import compute_metric, higher_is_better
-from kmipgt.train.trainer import _forward
+from kmipgt.train.task import forward as _forward
 
 
 def test_config_file_and_overrides(tmp_path):

@@ -118,6 +118,8 @@ class Config:
     ``threads`` sets torch's intra-op CPU threads (``None``: torch's default, one per core).
     ``log_branches``: log each GPS layer's branch output scale and gradient norm per epoch
     (:mod:`kmipgt.train.branches`).
+    ``tensorboard``: also write each epoch's ``log.csv`` values as TensorBoard scalars to
+    ``out_dir/tensorboard/`` (extra ``kmipgt[tensorboard]``; :mod:`kmipgt.train.tensorboard`).
     """
 
     data: DataConfig = field(default_factory=DataConfig)
@@ -128,6 +130,7 @@ class Config:
     device: str = "auto"
     threads: int | None = None
     log_branches: bool = False
+    tensorboard: bool = False
     out_dir: str = "runs/default"
 
 

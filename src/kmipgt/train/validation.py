@@ -16,8 +16,11 @@ from kmipgt.nn.gps_layer import LOCAL_KINDS, NORM_KINDS
 from kmipgt.nn.model import ATTENTION_QK, POOLINGS, TASKS
 from kmipgt.train.config import Config
 from kmipgt.train.datasets import LOADERS
+from kmipgt.train.loop import PRECISIONS
 from kmipgt.train.metrics import METRICS
-from kmipgt.train.trainer import LOSSES, MODEL_BUILDERS, PRECISIONS
+from kmipgt.train.models import MODEL_BUILDERS
+from kmipgt.train.task import LOSSES
+from kmipgt.train.tensorboard import require_tensorboard
 
 __all__ = ["validate_config"]
 
@@ -112,6 +115,8 @@ def validate_config(config: Config) -> None:
     _check_model(config)
     _check_optim(config)
     _at_least("threads", config.threads, 1, optional=True)
+    if config.tensorboard:
+        require_tensorboard()
     _check_device(config.device)
     if not config.out_dir:
         raise ValueError("config key 'out_dir' must name a directory, got ''")

@@ -1,0 +1,376 @@
+"""The training loop: epochs, evaluation, best checkpoint, exact resume and the run's logs.
+
+Task levels differ only in :mod:`kmipgt.train.task`; this module trains whichever task the data has.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import random
+import resource
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+from torch_geometric.data import Data
+from tqdm import tqdm
+
+from kmipgt.logs import quiet
+from kmipgt.nn import GraphTransformer
+from kmipgt.train.atomic import atomic_write, atomic_write_text
+from kmipgt.train.branches import BranchMonitor, plot_branches
+from kmipgt.train.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from kmipgt.train.config import Config, config_differences, config_to_dict
+from kmipgt.train.datasets import PreparedData, prepare_data
+from kmipgt.train.metrics import compute_metric, higher_is_better
+from kmipgt.train.models import build_model
+from kmipgt.train.report import plot_curves, write_csv, write_json
+from kmipgt.train.task import compute_loss, forward, make_task
+from kmipgt.train.tensorboard import ScalarWriter
+
+__all__ = [
+    "PRECISIONS",
+    "Trainer",
+    "out_of_memory_hint",
+    "peak_memory_mb",
+    "resolve_device",
+    "seed_everything",
+]
+
+PRECISIONS = ("fp32", "bf16")
+logger = logging.getLogger(__name__)
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch so that a run is reproducible."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def resolve_device(name: str) -> torch.device:
+    """``"auto"`` -> CUDA when available, else CPU; anything else is passed to ``torch.device``."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def warmup_cosine(warmup_steps: int, total_steps: int):
+    """LR factor per optimiser step: linear warm-up to 1, then cosine decay to 0 at ``total_steps``."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+    return factor
+
+
+@contextlib.contextmanager
+def out_of_memory_hint(config: Config):
+    """Turn out-of-memory failures into an error that says what to shrink; nothing is skipped."""
+    try:
+        yield
+    except (torch.OutOfMemoryError, MemoryError) as error:
+        raise MemoryError(_oom_message(config)) from error
+    except RuntimeError as error:
+        text = str(error)
+        if "out of memory" in text or "can't allocate memory" in text or "not enough memory" in text:
+            raise MemoryError(_oom_message(config)) from error
+        raise
+
+
+def _oom_message(config: Config) -> str:
+    m = config.model
+    what = f"{m.attention!r} attention" if m.kind == "gps" else f"the {m.kind!r} baseline"
+    return (
+        f"out of memory training {what} (k={m.k}, heads={m.heads}, channels={m.channels}, "
+        f"batch_size={config.data.batch_size}). Try a smaller model.k, fewer model.heads or model.channels, "
+        "a smaller data.batch_size, or an approximate search backend via model.attention_options.backend."
+    )
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """Peak CUDA memory allocated by torch on ``device``, or the process's peak resident set on CPU."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _epoch_line(row: dict[str, Any], epochs: int) -> str:
+    """The ``--verbose`` log line of one epoch's ``log.csv`` row."""
+    scores = "" if row["val"] is None else f"  val {row['val']:.4f}  test {row['test']:.4f}"
+    return f"epoch {row['epoch']}/{epochs}: loss {row['train_loss']:.4f}{scores}  ({row['seconds']:.1f} s)"
+
+
+# What resume reads from last.pt (written by Trainer._checkpoint_content).
+_RESUME_KEYS = ("config", "model", "optimizer", "scheduler", "state", "rng")
+
+
+@dataclass
+class _State:
+    """Everything that changes while training and is saved in checkpoints."""
+
+    epoch: int = 0
+    best_value: float | None = None
+    best_epoch: int | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Trainer:
+    """Trains ``config``'s model on its dataset, writing checkpoints and logs to ``config.out_dir``.
+
+    Run directory: ``config.yaml``, ``last.pt`` (every epoch, for ``resume``), ``best.pt`` (best
+    validation metric), ``log.csv``, ``curves.png``, ``metrics.json`` and, on request, ``tokens.pt``,
+    ``branches.png`` and ``tensorboard/``.
+    """
+
+    def __init__(self, config: Config, data: PreparedData | None = None):
+        self.config = config
+        self.run_dir = Path(config.out_dir)
+        self.device = resolve_device(config.device)
+        if config.threads is not None:
+            if config.threads <= 0:
+                raise ValueError(f"threads must be a positive int or null, got {config.threads}")
+            torch.set_num_threads(config.threads)
+        seed_everything(config.seed)
+        self.data = data if data is not None else prepare_data(config)
+        seed_everything(config.seed)
+        self.model = build_model(config, self.data).to(self.device)
+        self.loader_generator = torch.Generator().manual_seed(config.seed)
+        self.task = make_task(config, self.data, self.loader_generator)
+        self.steps_per_epoch = self.task.steps_per_epoch()
+        opt = config.optim
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=opt.lr, weight_decay=opt.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer,
+            warmup_cosine(opt.warmup_epochs * self.steps_per_epoch, opt.epochs * self.steps_per_epoch),
+        )
+        self.branches = BranchMonitor(self.model) if config.log_branches else None
+        self.state = _State()
+        self.higher_is_better = higher_is_better(config.task.metric)
+
+    def _predict(self, batch: Data) -> torch.Tensor:
+        """The model's output in fp32; with ``optim.precision: bf16`` the forward runs under bf16 autocast
+        (weights, optimiser state and the loss stay fp32)."""
+        bf16 = self.config.optim.precision == "bf16"
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=bf16):
+            return forward(self.model, batch).float()
+
+    def _redraw_random_features(self) -> None:
+        for module in self.model.modules():
+            if hasattr(module, "redraw_projection"):
+                module.redraw_projection()
+
+    def _train_epoch(self) -> float:
+        """One epoch of optimiser steps; the mean training loss per node, graph or pair."""
+        self.model.train()
+        self._redraw_random_features()
+        loss_name, clip = self.config.task.loss, self.config.optim.grad_clip
+        total, count = 0.0, 0
+        for step in self.task.train_steps(self.device):
+            output, target = self.task.loss_inputs(self._predict(step.batch), step)
+            loss = compute_loss(loss_name, output, target)
+            self.optimizer.zero_grad()
+            loss.backward()
+            if self.branches is not None:
+                self.branches.record_gradients()
+            if clip > 0:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+            self.optimizer.step()
+            self.scheduler.step()
+            total += loss.item() * target.size(0)
+            count += target.size(0)
+        return total / count
+
+    @torch.no_grad()
+    def evaluate(self, splits: tuple[str, ...] = ("train", "val", "test")) -> dict[str, float]:
+        """Metric ``config.task.metric`` on each split, in eval mode, over every node, graph or edge pair."""
+        self.model.eval()
+        outputs = self.task.split_outputs(self._predict, splits, self.device)
+        return {split: self._score(output, target) for split, output, target in outputs}
+
+    def _score(self, output: torch.Tensor, target: torch.Tensor) -> float:
+        if self.config.task.loss != "cross_entropy":
+            target = target.float().view_as(output)
+        return compute_metric(self.config.task.metric, output, target)
+
+    def _is_better(self, value: float) -> bool:
+        best = self.state.best_value
+        if best is None:
+            return True
+        return value > best if self.higher_is_better else value < best
+
+    def _checkpoint_content(self) -> dict[str, Any]:
+        return {
+            "config": config_to_dict(self.config),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "state": self.state.__dict__,
+            "rng": rng_state(self.loader_generator),
+        }
+
+    def resume(self) -> None:
+        """Continue from ``last.pt`` in the run directory, restoring weights, optimiser, history and RNG."""
+        checkpoint = load_checkpoint(self.run_dir / "last.pt", keys=_RESUME_KEYS)
+        changed = config_differences(checkpoint["config"], config_to_dict(self.config))
+        if changed:
+            raise ValueError(
+                f"the config differs from the one saved in {self.run_dir / 'last.pt'} in "
+                f"{', '.join(changed)}; resume with the same config (or start a new out_dir)"
+            )
+        self.model.load_state_dict(checkpoint["model"])
+        self.optimizer.load_state_dict(checkpoint["optimizer"])
+        self.scheduler.load_state_dict(checkpoint["scheduler"])
+        self.state = _State(**checkpoint["state"])
+        set_rng_state(checkpoint["rng"], self.loader_generator)
+
+    def fit(self, stop_after: int | None = None, progress: bool = True) -> dict[str, Any]:
+        """Train up to ``optim.epochs`` (or stop after epoch ``stop_after``, resumable later).
+
+        ``progress``: a bar on stderr (also hidden when logging is quiet, :func:`kmipgt.logs.quiet`).
+        Returns the final metrics (best checkpoint on validation, every split) once training is complete,
+        else the metrics of the last evaluation.
+        """
+        opt = self.config.optim
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(
+            self.run_dir / "config.yaml", yaml.safe_dump(config_to_dict(self.config), sort_keys=False)
+        )
+        last_epoch = opt.epochs if stop_after is None else min(opt.epochs, stop_after)
+        bar = tqdm(
+            range(self.state.epoch, last_epoch),
+            desc=f"train {self.data.name}",
+            disable=not progress or quiet(),
+            file=sys.stderr,
+            initial=self.state.epoch,
+            total=opt.epochs,
+        )
+        scalars = self._scalar_writer()
+        try:
+            for epoch in bar:
+                self._record(self._run_epoch(epoch, bar), scalars)
+        finally:
+            bar.close()
+            if scalars is not None:
+                scalars.close()
+        plot_curves(self.run_dir / "curves.png", self.state.history, self.config.task.metric)
+        if self.branches is not None:
+            plot_branches(self.run_dir / "branches.png", self.state.history)
+        if self.state.epoch < opt.epochs:
+            return {"epochs_done": self.state.epoch, "complete": False}
+        return self.finish()
+
+    def _scalar_writer(self) -> ScalarWriter | None:
+        """The TensorBoard writer of ``tensorboard: true``, continuing after the epochs already done."""
+        if not self.config.tensorboard:
+            return None
+        return ScalarWriter(self.run_dir / "tensorboard", first_epoch=self.state.epoch + 1)
+
+    def _run_epoch(self, epoch: int, bar: tqdm) -> dict[str, Any]:
+        """Train epoch ``epoch`` (from 0), evaluate when due and keep the best checkpoint; its log row."""
+        opt = self.config.optim
+        start = time.perf_counter()
+        with out_of_memory_hint(self.config):
+            loss = self._train_epoch()
+        row: dict[str, Any] = {
+            "epoch": epoch + 1,
+            "lr": self.optimizer.param_groups[0]["lr"],
+            "train_loss": loss,
+            "val": None,
+            "test": None,
+        }
+        if self.branches is not None:
+            row.update(self.branches.epoch_row())
+        if (epoch + 1) % opt.eval_every == 0 or epoch + 1 == opt.epochs:
+            with out_of_memory_hint(self.config):
+                scores = self.evaluate(("val", "test"))
+            row.update(scores)
+            if self._is_better(scores["val"]):
+                self.state.best_value, self.state.best_epoch = scores["val"], epoch + 1
+                save_checkpoint(self.run_dir / "best.pt", model=self.model.state_dict(), epoch=epoch + 1)
+            bar.set_postfix(loss=f"{loss:.3f}", val=f"{scores['val']:.3f}", test=f"{scores['test']:.3f}")
+        row["seconds"] = time.perf_counter() - start
+        return row
+
+    def _record(self, row: dict[str, Any], scalars: ScalarWriter | None) -> None:
+        """Add an epoch's row to the history, the logs and ``last.pt`` (the point a resume starts from)."""
+        self.state.history.append(row)
+        self.state.epoch = row["epoch"]
+        logger.debug(_epoch_line(row, self.config.optim.epochs))
+        # TensorBoard before last.pt: a run killed in between redoes this epoch on resume, and the
+        # resumed writer purges the epoch's stale scalars; the other order would lose them.
+        if scalars is not None:
+            scalars.add_row(row)
+        save_checkpoint(self.run_dir / "last.pt", **self._checkpoint_content())
+        write_csv(self.run_dir / "log.csv", self.state.history)
+
+    def finish(self) -> dict[str, Any]:
+        """Evaluate the best checkpoint on every split and write ``metrics.json``."""
+        best = load_checkpoint(self.run_dir / "best.pt")
+        self.model.load_state_dict(best["model"])
+        with out_of_memory_hint(self.config):
+            scores = self.evaluate()
+        seconds = [row["seconds"] for row in self.state.history]
+        metrics = {
+            "dataset": self.data.name,
+            "metric": self.config.task.metric,
+            **scores,
+            "best_epoch": best["epoch"],
+            "epochs": self.state.epoch,
+            "seconds_per_epoch": float(np.mean(seconds)),
+            "parameters": sum(p.numel() for p in self.model.parameters()),
+            "peak_memory_mb": peak_memory_mb(self.device),
+            "complete": True,
+        }
+        write_json(self.run_dir / "metrics.json", metrics)
+        return metrics
+
+    @torch.no_grad()
+    def save_tokens(self) -> Path:
+        """Dump the first attention layer's query/key tokens on the full graph (eval mode) to ``tokens.pt``.
+
+        Format: ``{"query": [N, H, d], "key": [N, H, d], "dataset": name, "layer": 0}`` — the input of
+        ``kmipgt bench search``. For graph-level data the graph is the first test graph, for edge-level data
+        the test split's message-passing graph.
+        """
+        if not isinstance(self.model, GraphTransformer) or not self.model.layers:
+            raise ValueError("save_tokens needs a GPS model (model.kind=gps) with at least one layer")
+        if self.model.layers[0].attention is None:
+            raise ValueError("save_tokens needs a model whose first layer has global attention")
+        attention = self.model.layers[0].attention
+        if not hasattr(attention, "query_key_value"):
+            raise ValueError(f"{type(attention).__name__} does not expose query/key tokens")
+        graph = self.task.token_graph()
+        captured = {}
+
+        def capture(module, args, kwargs):
+            # Position-keyed attention projects its queries and keys from qk_x, not from the layer input.
+            query, key, _ = module.query_key_value(args[0], kwargs.get("qk_x"))
+            captured["query"], captured["key"] = query, key
+
+        self.model.eval()
+        handle = attention.register_forward_pre_hook(capture, with_kwargs=True)
+        try:
+            forward(self.model, graph.to(self.device))
+        finally:
+            handle.remove()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        path = self.run_dir / "tokens.pt"
+        tokens = {
+            "query": captured["query"].cpu(),
+            "key": captured["key"].cpu(),
+            "dataset": self.data.name,
+            "layer": 0,
+        }
+        atomic_write(path, lambda f: torch.save(tokens, f))
+        return path

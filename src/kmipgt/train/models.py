@@ -1,0 +1,80 @@
+"""The model a config asks for, sized for its data: GPS or a PyG baseline, and the keys each kind reads."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+import torch
+
+from kmipgt.nn import GraphTransformer
+from kmipgt.nn.baselines import BASELINE_KINDS, KIND_ARGUMENTS, BaselineModel
+from kmipgt.train.config import Config, ModelConfig
+from kmipgt.train.datasets import PreparedData
+
+logger = logging.getLogger(__name__)
+
+
+# Model keys every kind reads, and those only GPS reads (both named as the model classes' arguments); a
+# baseline's own keys come from KIND_ARGUMENTS.
+_SHARED_MODEL_KEYS = (
+    "kind", "channels", "num_layers", "dropout", "pooling", "head_layers", "coord_columns", "num_frequencies"
+)
+_GPS_MODEL_KEYS = (
+    "local", "attention", "heads", "k", "head_dim", "attn_dropout", "norm", "activation", "attention_options",
+    "attention_qk", "attention_gate", "attention_layers", "branch_residual", "ffn", "checkpoint",
+)
+_CONFIG_KEY = {"options": "baseline_options"}  # BaselineModel argument -> ModelConfig key, where they differ
+
+
+def _shared_arguments(config: Config, data: PreparedData) -> dict[str, Any]:
+    """The model arguments every kind takes: sizes and task from the data, the shared model keys, PEs."""
+    return {
+        "in_channels": data.in_channels,
+        "out_channels": data.out_channels,
+        "task": data.level,
+        "lappe_dim": config.data.lappe_dim,
+        "rwse_dim": config.data.rwse_dim,
+        **{key: getattr(config.model, key) for key in _SHARED_MODEL_KEYS if key != "kind"},
+    }
+
+
+def _build_gps(config: Config, data: PreparedData) -> GraphTransformer:
+    own = {key: getattr(config.model, key) for key in _GPS_MODEL_KEYS}
+    return GraphTransformer(**_shared_arguments(config, data), edge_channels=data.edge_channels, **own)
+
+
+def _build_baseline(config: Config, data: PreparedData) -> BaselineModel:
+    m = config.model
+    own = {name: getattr(m, _CONFIG_KEY.get(name, name)) for name in KIND_ARGUMENTS[m.kind]}
+    return BaselineModel(m.kind, **_shared_arguments(config, data), **own)
+
+
+# config ``model.kind`` -> builder of the model sized for the data
+MODEL_BUILDERS = {"gps": _build_gps, **dict.fromkeys(BASELINE_KINDS, _build_baseline)}
+
+
+def _log_ignored_model_keys(model: ModelConfig) -> None:
+    """One warning naming the model keys set away from their defaults that ``model.kind`` does not read."""
+    if model.kind == "gps":
+        own = _GPS_MODEL_KEYS
+    else:
+        own = tuple(_CONFIG_KEY.get(name, name) for name in KIND_ARGUMENTS[model.kind])
+    used, defaults = {*_SHARED_MODEL_KEYS, *own}, ModelConfig()
+    ignored = [
+        f.name
+        for f in dataclasses.fields(model)
+        if f.name not in used and getattr(model, f.name) != getattr(defaults, f.name)
+    ]
+    if ignored:
+        logger.warning("model.kind=%s ignores these model keys: %s", model.kind, ", ".join(ignored))
+
+
+def build_model(config: Config, data: PreparedData) -> torch.nn.Module:
+    """The model of ``config.model.kind`` (:data:`MODEL_BUILDERS`) sized for ``data``."""
+    kind = config.model.kind
+    if kind not in MODEL_BUILDERS:
+        raise ValueError(f"model.kind must be one of {tuple(MODEL_BUILDERS)}, got {kind!r}")
+    _log_ignored_model_keys(config.model)
+    return MODEL_BUILDERS[kind](config, data)

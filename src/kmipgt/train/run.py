@@ -1,0 +1,88 @@
+"""Runs from a config or a run directory: train one, reload one, re-evaluate one, view its splits.
+
+Each builds a :class:`~kmipgt.train.loop.Trainer` (config -> data -> model -> loop) the way ``kmipgt
+train`` does, so a reloaded run sees the same data and model as the one that was trained.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kmipgt.train.checkpoint import load_checkpoint
+from kmipgt.train.config import Config, load_config
+from kmipgt.train.loop import Trainer, out_of_memory_hint
+from kmipgt.train.rundir import prepare_run
+from kmipgt.train.task import SplitGraph
+
+__all__ = ["evaluate_run", "load_run", "split_graph", "train"]
+
+
+def train(
+    config: Config,
+    resume: bool = False,
+    stop_after: int | None = None,
+    save_tokens: bool = False,
+    progress: bool = True,
+    overwrite: bool = False,
+) -> dict[str, Any]:
+    """Train ``config`` (optionally resuming ``out_dir/last.pt``) and return the final metrics.
+
+    The whole config and the run directory are checked first (:func:`kmipgt.train.rundir.prepare_run`):
+    a directory holding another run is refused unless ``resume`` or ``overwrite``.
+    """
+    config = prepare_run(config, resume=resume, overwrite=overwrite)
+    trainer = Trainer(config)
+    if resume:
+        trainer.resume()
+    metrics = trainer.fit(stop_after=stop_after, progress=progress)
+    if save_tokens and metrics.get("complete"):
+        metrics["tokens"] = str(trainer.save_tokens())
+    return metrics
+
+
+def load_run(
+    run_dir: str | Path, checkpoint: str = "best", overrides: list[str] | tuple[str, ...] = ()
+) -> Trainer:
+    """A run's :class:`Trainer` as ``kmipgt train`` built it, with the weights of ``best.pt`` or ``last.pt``.
+
+    The saved ``config.yaml`` (with ``overrides`` applied) gives the dataset, model and device; both files
+    are checked before the dataset is loaded, so a wrong directory fails fast (FileNotFoundError).
+    """
+    if checkpoint not in ("best", "last"):
+        raise ValueError(f"checkpoint must be 'best' or 'last', got {checkpoint!r}")
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        raise FileNotFoundError(f"no config.yaml in {run_dir} (not a run directory written by kmipgt train)")
+    path = run_dir / f"{checkpoint}.pt"
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    trainer = Trainer(load_config(run_dir / "config.yaml", overrides))
+    trainer.model.load_state_dict(load_checkpoint(path)["model"])
+    return trainer
+
+
+def evaluate_run(
+    run_dir: str | Path,
+    checkpoint: str = "best",
+    overrides: list[str] | tuple[str, ...] = (),
+    save_tokens: bool = False,
+) -> dict[str, Any]:
+    """Re-evaluate a finished run's ``best.pt`` or ``last.pt`` on every split with its saved config.
+
+    ``overrides`` (``key.sub=value``) change the saved config first, e.g. to apply a model trained on a
+    10k-node synthetic city to a 262k-node one (``data.options.num_nodes=262144``) and, with
+    ``save_tokens``, dump that graph's query/key tokens to ``out_dir/tokens.pt`` (set ``out_dir`` to keep
+    the run directory untouched).
+    """
+    trainer = load_run(run_dir, checkpoint, overrides)
+    with out_of_memory_hint(trainer.config):
+        metrics: dict[str, Any] = trainer.evaluate()
+        if save_tokens:
+            metrics["tokens"] = str(trainer.save_tokens())
+    return metrics
+
+
+def split_graph(trainer: Trainer, split: str, index: int = 0) -> SplitGraph:
+    """The graph that ``split`` lives on (graph ``index`` of the split on graph/edge level) and its nodes."""
+    return trainer.task.split_graph(split, index)

@@ -1,0 +1,281 @@
+"""What differs between task levels, so the training loop never asks which level it trains.
+
+One class per ``task.level``: :class:`NodeTask` (one graph, split masks, full batch), :class:`GraphTask`
+(mini-batches of many graphs) and :class:`LinkTask` (``edge``: scored node pairs on one graph, fresh
+negatives every epoch). Each says which graphs a training epoch steps through, which nodes the loss sees,
+the targets, the outputs and targets each split is scored on, and which graph a split lives on.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import ClassVar, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch_geometric.data import Data
+from torch_geometric.loader import DataLoader
+from torch_geometric.utils import negative_sampling
+
+from kmipgt.train.config import Config
+from kmipgt.train.datasets import SPLITS, PreparedData, label_columns, node_coords
+
+__all__ = [
+    "LOSSES",
+    "TASK_CLASSES",
+    "GraphTask",
+    "LinkTask",
+    "NodeTask",
+    "SplitGraph",
+    "Step",
+    "Task",
+    "compute_loss",
+    "forward",
+    "make_task",
+    "with_fresh_negatives",
+]
+
+LOSSES = ("cross_entropy", "bce", "l1")
+
+
+def compute_loss(name: str, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Training loss ``name`` (one of :data:`LOSSES`)."""
+    if name == "cross_entropy":
+        return F.cross_entropy(output, target.long())
+    if name == "bce":
+        return F.binary_cross_entropy_with_logits(output, target.float().view_as(output))
+    if name == "l1":
+        return F.l1_loss(output, target.float().view_as(output))
+    raise ValueError(f"task.loss must be one of {LOSSES}, got {name!r}")
+
+
+def forward(model: torch.nn.Module, batch: Data) -> torch.Tensor:
+    """``model``'s output on a graph, mini-batch or link split, passing the inputs it carries.
+
+    The mini-batch vector (graph level) and the scored pairs (edge level) are read where present, so one
+    call serves every level and the saved-token dump alike.
+    """
+    return model(
+        batch.x,
+        batch.edge_index,
+        batch=getattr(batch, "batch", None),
+        edge_attr=batch.edge_attr,
+        lappe=getattr(batch, "lappe", None),
+        rwse=getattr(batch, "rwse", None),
+        edge_label_index=getattr(batch, "edge_label_index", None),
+    )
+
+
+def with_fresh_negatives(graph: Data) -> Data:
+    """A shallow copy of a link-prediction graph scoring its positive pairs against newly sampled non-edges.
+
+    One negative per positive, drawn with PyG's ``negative_sampling`` (Python's RNG, saved in checkpoints)
+    among pairs that are not message-passing edges.
+    """
+    positives = graph.edge_label_index[:, graph.edge_label == 1]
+    negatives = negative_sampling(graph.edge_index, graph.num_nodes, num_neg_samples=positives.size(1))
+    out = copy.copy(graph)  # new label tensors only; features and encodings stay shared
+    out.edge_label_index = torch.cat([positives, negatives], dim=1)
+    labels = [positives.new_ones(positives.size(1)), negatives.new_zeros(negatives.size(1))]
+    out.edge_label = torch.cat(labels)
+    return out
+
+
+class Step(NamedTuple):
+    """One optimiser step's input: a graph or mini-batch, and the nodes the loss sees (None: every output)."""
+
+    batch: Data
+    mask: torch.Tensor | None
+
+
+@dataclass
+class SplitGraph:
+    """One graph of a run's data and a split's nodes on it, as attention analyses take them.
+
+    ``nodes``: ``[S]`` the split's nodes (node level: its mask; graph and edge level: every node of the
+    split's graph ``index``). ``labels``: ``[N]`` classes on node-level classification, else None.
+    ``train_mask``: ``[N]`` training-labelled nodes on node-level tasks, else None. ``coords``: ``[N, 2]``
+    node coordinates for pictures: the dataset's ``pos``, else the first two ``model.coord_columns`` of x
+    (z-scored), else None.
+    """
+
+    graph: Data
+    nodes: torch.Tensor
+    labels: torch.Tensor | None
+    train_mask: torch.Tensor | None
+    coords: torch.Tensor | None
+
+
+def _check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+
+
+class Task:
+    """A task level's data handling; subclasses say what differs from these defaults.
+
+    Defaults: one full-batch step per epoch, targets in ``y``, each split scored over the graphs of its
+    list (:meth:`eval_batches`). ``generator`` is the run's data RNG (shuffles, label draws): the loop
+    saves it in checkpoints, so a resumed run draws the same.
+    """
+
+    level: ClassVar[str]
+
+    def __init__(self, config: Config, data: PreparedData, generator: torch.Generator):
+        self.config = config
+        self.data = data
+        self.generator = generator
+
+    def steps_per_epoch(self) -> int:
+        """Optimiser steps in one training epoch (the LR schedule counts in steps)."""
+        return 1
+
+    def train_steps(self, device: torch.device) -> Iterable[Step]:
+        """The steps of one training epoch, on ``device``."""
+        raise NotImplementedError
+
+    def target(self, batch: Data) -> torch.Tensor:
+        """What the model's outputs on ``batch`` are compared with."""
+        return batch.y
+
+    def loss_inputs(self, output: torch.Tensor, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(output, target)`` the loss is computed on: those of ``step.mask``'s nodes, or all."""
+        target = self.target(step.batch)
+        if step.mask is None:
+            return output, target
+        return output[step.mask], target[step.mask]
+
+    def eval_batches(self, split: str) -> Iterable[Data]:
+        """The graphs or mini-batches evaluation runs through for ``split``."""
+        raise NotImplementedError
+
+    def split_outputs(
+        self, predict: Callable[[Data], torch.Tensor], splits: Iterable[str], device: torch.device
+    ) -> Iterator[tuple[str, torch.Tensor, torch.Tensor]]:
+        """``(split, output, target)`` over every node, graph or pair of each split, ``predict`` giving
+        the outputs of a graph or batch; one split at a time, so only its outputs are held."""
+        for split in splits:
+            outputs, targets = [], []
+            for batch in self.eval_batches(split):
+                batch = batch.to(device)
+                outputs.append(predict(batch))
+                targets.append(self.target(batch))
+            yield split, torch.cat(outputs), torch.cat(targets)
+
+    def token_graph(self) -> Data:
+        """The graph whose attention tokens a run saves: the test split's first graph."""
+        return self.data.splits["test"][0]
+
+    def split_graph(self, split: str, index: int = 0) -> SplitGraph:
+        """Graph ``index`` of ``split`` and every node of it."""
+        _check_split(split)
+        graphs = self.data.splits[split]
+        if not 0 <= index < len(graphs):
+            raise ValueError(f"graph {index} does not exist: split {split!r} has {len(graphs)} graphs")
+        graph = graphs[index]
+        return self._split_view(graph, torch.arange(graph.num_nodes), None, None)
+
+    def _split_view(
+        self, graph: Data, nodes: torch.Tensor, labels: torch.Tensor | None, train_mask: torch.Tensor | None
+    ) -> SplitGraph:
+        coords = node_coords(graph, self.config.model.coord_columns)
+        return SplitGraph(graph, nodes, labels, train_mask, coords)
+
+
+class NodeTask(Task):
+    """``node``: one graph with train/val/test masks, full batch; optionally training labels as inputs."""
+
+    level = "node"
+
+    def train_steps(self, device: torch.device) -> list[Step]:
+        graph = self.data.graph.to(device)
+        if self.config.task.label_inputs > 0:
+            return [Step(*self.hide_labels(graph))]
+        return [Step(graph, graph.train_mask)]
+
+    def hide_labels(self, graph: Data) -> tuple[Data, torch.Tensor]:
+        """``task.label_inputs``: a copy of ``graph`` showing the labels of a random share of the training
+        nodes, and the mask of the other training nodes (those the loss is computed on)."""
+        train = graph.train_mask.nonzero().view(-1).cpu()
+        order = train[torch.randperm(train.numel(), generator=self.generator)]
+        shown = torch.zeros_like(graph.train_mask)
+        shown[order[: int(self.config.task.label_inputs * train.numel())].to(shown.device)] = True
+        num_classes = self.data.out_channels
+        step = graph.clone()
+        step.x = torch.cat([graph.x[:, : -(num_classes + 1)], label_columns(graph.y, shown, num_classes)], 1)
+        return step, graph.train_mask & ~shown
+
+    def split_outputs(
+        self, predict: Callable[[Data], torch.Tensor], splits: Iterable[str], device: torch.device
+    ) -> Iterator[tuple[str, torch.Tensor, torch.Tensor]]:
+        # The splits are masks of one graph: one forward pass scores them all (showing every training
+        # label when label_inputs is on).
+        graph = self.data.graph.to(device)
+        output = predict(graph)
+        for split in splits:
+            mask = graph[f"{split}_mask"]
+            yield split, output[mask], graph.y[mask]
+
+    def token_graph(self) -> Data:
+        return self.data.graph
+
+    def split_graph(self, split: str, index: int = 0) -> SplitGraph:
+        """The graph and the nodes of ``split``'s mask (there is one graph: ``index`` is not read)."""
+        _check_split(split)
+        graph = self.data.graph
+        classes = self.config.task.loss == "cross_entropy" and graph.y.dim() == 1
+        return self._split_view(
+            graph, graph[f"{split}_mask"].nonzero().flatten(), graph.y if classes else None, graph.train_mask
+        )
+
+
+class GraphTask(Task):
+    """``graph``: many graphs per split, in mini-batches of ``data.batch_size``, shuffled for training."""
+
+    level = "graph"
+
+    def steps_per_epoch(self) -> int:
+        return math.ceil(len(self.data.splits["train"]) / self.config.data.batch_size)
+
+    def train_steps(self, device: torch.device) -> Iterator[Step]:
+        return (Step(batch.to(device), None) for batch in self._loader("train", shuffle=True))
+
+    def eval_batches(self, split: str) -> DataLoader:
+        return self._loader(split, shuffle=False)
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        return DataLoader(
+            self.data.splits[split],
+            batch_size=self.config.data.batch_size,
+            shuffle=shuffle,
+            generator=self.generator if shuffle else None,
+        )
+
+
+class LinkTask(Task):
+    """``edge``: link prediction, full batch; each split's graph scores its ``edge_label_index`` pairs."""
+
+    level = "edge"
+
+    def train_steps(self, device: torch.device) -> list[Step]:
+        return [Step(with_fresh_negatives(self.data.splits["train"][0]).to(device), None)]
+
+    def target(self, batch: Data) -> torch.Tensor:
+        return batch.edge_label
+
+    def eval_batches(self, split: str) -> list[Data]:
+        return self.data.splits[split]
+
+
+# ``task.level`` -> its task class
+TASK_CLASSES: dict[str, type[Task]] = {task.level: task for task in (NodeTask, GraphTask, LinkTask)}
+
+
+def make_task(config: Config, data: PreparedData, generator: torch.Generator) -> Task:
+    """The task of ``data.level`` over ``data``, drawing its randomness from ``generator``."""
+    if data.level not in TASK_CLASSES:
+        raise ValueError(f"task level must be one of {tuple(TASK_CLASSES)}, got {data.level!r}")
+    return TASK_CLASSES[data.level](config, data, generator)
