@@ -39,7 +39,8 @@ def _graph(num_nodes=40, seed=0, classes=3) -> Data:
 def _model(attention="kmip", heads=2, k=5, num_layers=2, seed=0) -> GraphTransformer:
     torch.manual_seed(seed)
     return GraphTransformer(
-        3, 8, 3, num_layers=num_layers, edge_channels=1, attention=attention, heads=heads, k=k
+        3, 8, 3, num_layers=num_layers, edge_channels=1, attention=attention, heads=heads,
+        attn_kwargs={"k": k} if attention == "kmip" else None,
     )
 
 

@@ -24,6 +24,11 @@ def _ragged(sizes=SIZES, channels=16, seed=0):
     return x, batch
 
 
+def _k_for(kind: str, k: int) -> dict | None:
+    """``k`` is an option of the k-MIP core only."""
+    return {"k": k} if kind == "kmip" else None
+
+
 def _ring_edges(batch: torch.Tensor) -> torch.Tensor:
     """Both directions of a ring inside each graph (GRF needs edges; the other kinds ignore them)."""
     edges = []
@@ -70,7 +75,7 @@ def _dense_performer_reference(module: PerformerAttention, x: torch.Tensor) -> t
     q = module.lin_query(x).view(n, h, d) * d**-0.25
     kk = module.lin_key(x).view(n, h, d) * d**-0.25
     v = module.lin_value(x).view(n, h, d)
-    w = module.projection.double()
+    w = module.core.projection.double()
 
     def phi(t):
         t = t.double()
@@ -92,11 +97,11 @@ def test_performer_matches_dense_random_feature_kernel():
 def test_performer_redraw_changes_projection():
     torch.manual_seed(0)
     module = PerformerAttention(16, heads=2)
-    before = module.projection.clone()
-    module.redraw_projection()
-    assert not torch.equal(before, module.projection)
-    # orthogonal rows within each block of head_dim rows
-    block = module.projection[: module.head_dim]
+    before = module.core.projection.clone()
+    module.core.redraw_projection()
+    assert not torch.equal(before, module.core.projection)
+    # orthogonal rows within each block of head_dim rows (with Gaussian norms)
+    block = F.normalize(module.core.projection[: module.head_dim], dim=1)
     torch.testing.assert_close(block @ block.t(), torch.eye(module.head_dim), atol=1e-5, rtol=0)
 
 
@@ -104,7 +109,7 @@ def test_performer_redraw_changes_projection():
 @pytest.mark.parametrize("kind", [k for k in ATTENTION_KINDS if k not in ("none", "grf")])
 def test_ragged_batch_equals_each_graph_alone(kind):
     torch.manual_seed(0)
-    module = build_global_attention(kind, 16, heads=4, k=3).eval()
+    module = build_global_attention(kind, 16, heads=4, attn_kwargs=_k_for(kind, 3)).eval()
     x, batch = _ragged()
     together = module(x, batch=batch)
     alone = torch.cat([module(x[batch == g]) for g in range(len(SIZES))])
@@ -115,7 +120,9 @@ def test_ragged_batch_equals_each_graph_alone(kind):
 def test_shapes_and_gradients(kind):
     torch.manual_seed(0)
     dropout = 0.0 if kind == "grf" else 0.1
-    module = build_global_attention(kind, 16, heads=2, k=4, head_dim=5, dropout=dropout).train()
+    module = build_global_attention(
+        kind, 16, heads=2, head_dim=5, dropout=dropout, attn_kwargs=_k_for(kind, 4)
+    ).train()
     x, batch = _ragged()
     x.requires_grad_(True)
     out = module(x, batch=batch, edge_index=_ring_edges(batch))
@@ -132,8 +139,8 @@ def test_factory_and_argument_errors():
         build_global_attention("flash", 16, 4)
     with pytest.raises(ValueError, match="no attention dropout"):
         build_global_attention("grf", 16, 4, dropout=0.1)
-    with pytest.raises(ValueError, match="k is required"):
-        build_global_attention("kmip", 16, 4)
+    with pytest.raises(TypeError, match="FullCore takes no options"):
+        build_global_attention("full", 16, 4, attn_kwargs={"k": 4})
     with pytest.raises(ValueError, match="divisible"):
         KMIPAttention(10, heads=4, k=2)
     with pytest.raises(ValueError, match="k must be"):

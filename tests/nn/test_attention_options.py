@@ -46,7 +46,7 @@ def test_gated_attention_layer_starts_as_the_mpnn_only_layer():
     x = graph.x
     edge_attr = torch.randn(graph.edge_index.size(1), 16)
     mpnn_only = GPSLayer(16, attention="none", heads=4).eval()
-    gated = GPSLayer(16, attention="kmip", heads=4, k=3, attention_gate=True).eval()
+    gated = GPSLayer(16, attention="kmip", heads=4, attention_gate=True, attn_kwargs={"k": 3}).eval()
     missing, unexpected = gated.load_state_dict(mpnn_only.state_dict(), strict=False)
     assert not unexpected and all(m.startswith("attention") for m in missing)
     expected, _ = mpnn_only(x, graph.edge_index, edge_attr=edge_attr)
@@ -60,15 +60,15 @@ def test_gated_attention_layer_starts_as_the_mpnn_only_layer():
 
 def test_gate_needs_both_branches():
     with pytest.raises(ValueError, match="attention_gate needs both"):
-        GPSLayer(16, local="none", attention="kmip", k=3, attention_gate=True)
+        GPSLayer(16, local="none", attention="kmip", attention_gate=True, attn_kwargs={"k": 3})
 
 
 def test_attention_layers_and_encoding_queries_in_the_model():
     torch.manual_seed(0)
     graph = _graph()
     model = GraphTransformer(
-        5, 16, 3, num_layers=3, edge_channels=2, k=4, coord_columns=[0, 1], num_frequencies=2,
-        attention_qk="encoding", attention_layers=[-1],
+        5, 16, 3, num_layers=3, edge_channels=2, attn_kwargs={"k": 4}, coord_columns=[0, 1],
+        num_frequencies=2, attention_qk="encoding", attention_layers=[-1],
     )
     assert [layer.attention is not None for layer in model.layers] == [False, False, True]
     assert model.layers[2].attention.qk_channels == 8
@@ -91,8 +91,8 @@ def test_attention_option_errors():
 
 def test_position_attention_starts_with_tied_query_key_projections():
     torch.manual_seed(0)
-    model = GraphTransformer(5, 16, 3, num_layers=2, k=4, coord_columns=[0, 1], num_frequencies=2,
-                             attention_qk="encoding")
+    model = GraphTransformer(5, 16, 3, num_layers=2, attn_kwargs={"k": 4}, coord_columns=[0, 1],
+                             num_frequencies=2, attention_qk="encoding")
     model.reset_parameters()
     for layer in model.layers:
         attention = layer.attention
@@ -110,8 +110,8 @@ def test_position_queries_see_only_the_coordinate_features():
     torch.manual_seed(0)
     graph = _graph()
     rwse = torch.rand(12, 3)
-    model = GraphTransformer(5, 16, 3, num_layers=1, edge_channels=2, k=4, coord_columns=[0, 1],
-                             num_frequencies=2, rwse_dim=3, attention_qk="position")
+    model = GraphTransformer(5, 16, 3, num_layers=1, edge_channels=2, attn_kwargs={"k": 4},
+                             coord_columns=[0, 1], num_frequencies=2, rwse_dim=3, attention_qk="position")
     assert model.layers[0].attention.qk_channels == 8
     torch.testing.assert_close(
         model.node_encoder.encodings(graph.x, rwse=rwse, structural=False), FourierFeatures(2)(graph.x[:, :2])

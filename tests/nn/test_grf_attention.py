@@ -38,19 +38,17 @@ def test_forward_equals_dense_masked_attention(explicit_mask):
     x = torch.randn(11, 8)
     out = module(x, batch=batch, edge_index=edge_index)
 
+    walks = module.core.walks(edge_index, 11)
     phi = torch.stack(
-        [
-            sum(module.f[h, t] * module.walks(edge_index, 11).step_matrix(t).to_dense() for t in range(5))
-            for h in range(2)
-        ]
+        [sum(module.core.f[h, t] * walks.step_matrix(t).to_dense() for t in range(5)) for h in range(2)]
     )
     mask = phi @ phi.transpose(1, 2) + 0.2 * (batch[:, None] == batch[None, :]).float()
-    q, k, v = (lin(x).view(11, 2, 4) for lin in (module.q, module.k, module.v))
+    q, k, v = (lin(x).view(11, 2, 4) for lin in (module.lin_query, module.lin_key, module.lin_value))
     kernel = (
         torch.einsum("ihd,jhd->hij", torch.nn.functional.elu(q) + 1, torch.nn.functional.elu(k) + 1) * mask
     )
     attended = torch.einsum("hij,jhe->ihe", kernel, v) / kernel.sum(-1).T[..., None]
-    torch.testing.assert_close(out, module.out(attended.reshape(11, 8)), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(out, module.lin_out(attended.reshape(11, 8)), rtol=1e-4, atol=1e-5)
 
 
 def test_asymmetric_softmax_form_equals_dense_attention_masked_by_features():
@@ -61,14 +59,14 @@ def test_asymmetric_softmax_form_equals_dense_attention_masked_by_features():
     edge_index, batch = _two_graphs()
     x = torch.randn(11, 8)
     out = module(x, batch=batch, edge_index=edge_index)
-    walks = module.walks(edge_index, 11)
+    walks = module.core.walks(edge_index, 11)
     mask = torch.stack(
-        [sum(module.f[h, t] * walks.step_matrix(t).to_dense() for t in range(5)) for h in range(2)]
+        [sum(module.core.f[h, t] * walks.step_matrix(t).to_dense() for t in range(5)) for h in range(2)]
     )
-    q, k, v = (lin(x).view(11, 2, 4) for lin in (module.q, module.k, module.v))
+    q, k, v = (lin(x).view(11, 2, 4) for lin in (module.lin_query, module.lin_key, module.lin_value))
     kernel = torch.exp(torch.einsum("ihd,jhd->hij", q, k) / 2.0) * mask
     attended = torch.einsum("hij,jhe->ihe", kernel, v) / kernel.sum(-1).T[..., None]
-    torch.testing.assert_close(out, module.out(attended.reshape(11, 8)), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(out, module.lin_out(attended.reshape(11, 8)), rtol=1e-4, atol=1e-5)
 
 
 def test_walks_are_cached_for_a_fixed_graph_and_resampled_for_a_new_one():
@@ -76,11 +74,11 @@ def test_walks_are_cached_for_a_fixed_graph_and_resampled_for_a_new_one():
     edge_index, batch = _two_graphs()
     x = torch.randn(11, 8)
     module(x, batch=batch, edge_index=edge_index)
-    first = module.walks(edge_index, 11)
+    first = module.core.walks(edge_index, 11)
     module(x, batch=batch, edge_index=edge_index.clone())
-    assert module.walks(edge_index, 11) is first
+    assert module.core.walks(edge_index, 11) is first
     module(x, batch=batch, edge_index=edge_index[:, 2:])
-    assert module.walks(edge_index[:, 2:], 11) is not first
+    assert module.core.walks(edge_index[:, 2:], 11) is not first
 
 
 def test_graphs_in_a_batch_do_not_see_each_other():
@@ -99,17 +97,17 @@ def test_gradients_reach_f_and_projections():
     module = GRFAttention(8, heads=2, feature_map="favor+", global_weight=0.1, seed=0)
     edge_index, batch = _two_graphs()
     module(torch.randn(11, 8), batch=batch, edge_index=edge_index).pow(2).sum().backward()
-    assert module.theta.grad is not None and bool(module.theta.grad.abs().sum() > 0)
+    assert module.core.theta.grad is not None and bool(module.core.theta.grad.abs().sum() > 0)
     assert all(p.grad is not None for p in module.parameters())
 
 
 def test_reset_and_redraw():
     module = GRFAttention(8, heads=2, max_len=3, f_decay=0.5, feature_map="favor+")
-    torch.testing.assert_close(module.f, torch.exp(-0.5 * torch.arange(4.0)).expand(2, 4))
-    before = module.projection.clone()
-    module.redraw_projection()
-    assert not torch.equal(before, module.projection)
-    GRFAttention(8, heads=2, feature_map="relu").redraw_projection()  # nothing to redraw: no error
+    torch.testing.assert_close(module.core.f, torch.exp(-0.5 * torch.arange(4.0)).expand(2, 4))
+    before = module.core.projection.clone()
+    module.core.redraw_projection()
+    assert not torch.equal(before, module.core.projection)
+    GRFAttention(8, heads=2, feature_map="relu").core.redraw_projection()  # nothing to redraw: no error
     assert "GRFAttention(8, heads=2" in repr(module)
 
 

@@ -69,7 +69,8 @@ def test_gps_layer_shapes_and_gradients(local, attention, norm):
             GPSLayer(16, local=local, attention=attention)
         return
     torch.manual_seed(0)
-    layer = GPSLayer(16, local=local, attention=attention, heads=4, k=3, dropout=0.1, norm=norm)
+    k = {"k": 3} if attention == "kmip" else None
+    layer = GPSLayer(16, local=local, attention=attention, heads=4, dropout=0.1, norm=norm, attn_kwargs=k)
     graphs = [_random_graph(n, channels=16, edge_channels=16, seed=n) for n in (6, 9)]
     batch = Batch.from_data_list(graphs)
     x = batch.x.clone().requires_grad_(True)
@@ -87,8 +88,8 @@ def test_gps_layer_shapes_and_gradients(local, attention, norm):
 def test_ragged_batch_equals_each_graph_alone(attention, task):
     torch.manual_seed(0)
     model = GraphTransformer(
-        6, 16, 3, num_layers=2, task=task, edge_channels=3, attention=attention, heads=4, k=4,
-        coord_columns=[0, 1], num_frequencies=3,
+        6, 16, 3, num_layers=2, task=task, edge_channels=3, attention=attention, heads=4,
+        attn_kwargs={"k": 4} if attention == "kmip" else None, coord_columns=[0, 1], num_frequencies=3,
     ).eval()
     graphs = [_random_graph(n, seed=n) for n in (10, 3, 7)]
     batch = Batch.from_data_list(graphs)
@@ -123,7 +124,9 @@ def test_graph_level_toy_task_learns():
         g.y = torch.bincount(types, minlength=3).argmax().view(1)
         graphs.append(g)
     batch = Batch.from_data_list(graphs)
-    model = GraphTransformer(3, 32, 3, num_layers=2, task="graph", attention="kmip", heads=4, k=4)
+    model = GraphTransformer(
+        3, 32, 3, num_layers=2, task="graph", attention="kmip", heads=4, attn_kwargs={"k": 4}
+    )
     inputs = {"x": batch.x, "edge_index": batch.edge_index, "batch": batch.batch}
     losses = _train(model, inputs, batch.y, F.cross_entropy)
     assert losses[-1] < 0.25 * losses[0]
@@ -138,7 +141,9 @@ def test_edge_level_toy_task_learns():
     graph = _random_graph(n, channels=4, seed=3)
     pairs = torch.randint(0, n, (2, 200), generator=gen)
     target = (community[pairs[0]] == community[pairs[1]]).float().unsqueeze(-1)
-    model = GraphTransformer(4, 32, 1, num_layers=1, task="edge", attention="kmip", heads=4, k=8)
+    model = GraphTransformer(
+        4, 32, 1, num_layers=1, task="edge", attention="kmip", heads=4, attn_kwargs={"k": 8}
+    )
     inputs = {
         "x": F.one_hot(community, 4).float(), "edge_index": graph.edge_index, "edge_label_index": pairs,
     }
@@ -151,7 +156,7 @@ def test_graph_transformer_argument_errors():
         GraphTransformer(3, 16, 2, task="link")
     with pytest.raises(ValueError, match="coord_columns"):
         GraphTransformer(3, 16, 2, coord_columns=[5], num_frequencies=2)
-    model = GraphTransformer(3, 16, 2, task="edge", k=2)
+    model = GraphTransformer(3, 16, 2, task="edge", attn_kwargs={"k": 2})
     with pytest.raises(ValueError, match="edge_label_index"):
         model(torch.randn(4, 3), torch.tensor([[0, 1], [1, 2]]))
 
@@ -164,7 +169,8 @@ def test_activation_checkpointing_equals_plain_run(attention):
     for checkpoint in (False, True):
         torch.manual_seed(0)
         model = GraphTransformer(
-            6, 16, 3, num_layers=3, edge_channels=3, attention=attention, k=5, dropout=0.3,
+            6, 16, 3, num_layers=3, edge_channels=3, attention=attention, dropout=0.3,
+            attn_kwargs={"k": 5} if attention == "kmip" else None,
             attn_dropout=0.2, coord_columns=[0, 1], num_frequencies=3, attention_qk="position",
             checkpoint=checkpoint,
         ).train()
@@ -184,7 +190,9 @@ def test_activation_checkpointing_saves_fewer_activations():
     saved = []
     for checkpoint in (False, True):
         torch.manual_seed(0)
-        model = GraphTransformer(6, 32, 3, num_layers=4, edge_channels=3, k=8, checkpoint=checkpoint).train()
+        model = GraphTransformer(
+            6, 32, 3, num_layers=4, edge_channels=3, attn_kwargs={"k": 8}, checkpoint=checkpoint
+        ).train()
         numel = []
 
         def pack(tensor, numel=numel):
@@ -201,7 +209,9 @@ def test_activation_checkpointing_saves_fewer_activations():
 def test_gps_layer_without_residual_and_ffn_is_a_gcn_layer_plus_attention(attention):
     torch.manual_seed(0)
     graph = _random_graph(30, channels=16)
-    layer = GPSLayer(16, local="gcn", attention=attention, k=4, branch_residual=False, ffn=False).eval()
+    k = {"k": 4} if attention == "kmip" else None
+    layer = GPSLayer(16, local="gcn", attention=attention, branch_residual=False, ffn=False, attn_kwargs=k)
+    layer.eval()
     out, _ = layer(graph.x, graph.edge_index)
     expected = layer.norm_local(layer.local(graph.x, graph.edge_index))
     if attention != "none":

@@ -148,8 +148,8 @@ def _runner(method: str, num_nodes: int, config: GRFBenchConfig, edge_index, q, 
         if method == "linear_layer":  # the same projections around unmasked linear attention
 
             def linear_layer():
-                qkv = [lin(x).view(num_nodes, config.heads, -1) for lin in (module.q, module.k, module.v)]
-                return module.out(linear_attention(*qkv, feature_map=fmap).reshape(num_nodes, -1))
+                qkv = module.query_key_value(x)
+                return module.lin_out(linear_attention(*qkv, feature_map=fmap).reshape(num_nodes, -1))
 
             return linear_layer
         start = time.perf_counter()

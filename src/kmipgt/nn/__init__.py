@@ -1,35 +1,50 @@
-"""Neural-network modules: global attention (k-MIP, full, Performer), local MPNNs, GPS layers, the model,
-PyG baselines."""
+"""Neural-network modules: global attention (one projection, a core per kind: k-MIP, full, Performer,
+GRF), local MPNNs, GPS layers, PyG's GPSConv with k-MIP, the model, PyG baselines."""
 
 from kmipgt.nn.attention import (
     ATTENTION_KINDS,
+    ATTENTION_TYPES,
+    CORES,
     FullAttention,
+    GRFAttention,
     KMIPAttention,
     PerformerAttention,
+    ProjectedAttention,
     build_global_attention,
 )
 from kmipgt.nn.baselines import BASELINE_KINDS, BaselineModel
+from kmipgt.nn.cores import AttentionCore, FullCore, KMIPCore, PerformerCore
 from kmipgt.nn.encoders import EdgeEncoder, FourierFeatures, NodeEncoder
 from kmipgt.nn.gated_gcn import GatedGCNLayer
+from kmipgt.nn.gps_conv import KMIPGPSConv
 from kmipgt.nn.gps_layer import GPSLayer, build_local_mpnn, build_norm
-from kmipgt.nn.grf_attention import GRFAttention
+from kmipgt.nn.grf_core import GRFCore
 from kmipgt.nn.model import GraphTransformer, MLPHead
 
 __all__ = [
     "ATTENTION_KINDS",
+    "ATTENTION_TYPES",
     "BASELINE_KINDS",
+    "CORES",
+    "AttentionCore",
     "BaselineModel",
     "EdgeEncoder",
     "FourierFeatures",
     "FullAttention",
+    "FullCore",
     "GPSLayer",
     "GRFAttention",
+    "GRFCore",
     "GatedGCNLayer",
     "GraphTransformer",
     "KMIPAttention",
+    "KMIPCore",
+    "KMIPGPSConv",
     "MLPHead",
     "NodeEncoder",
     "PerformerAttention",
+    "PerformerCore",
+    "ProjectedAttention",
     "build_global_attention",
     "build_local_mpnn",
     "build_norm",

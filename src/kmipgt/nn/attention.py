@@ -1,43 +1,77 @@
-"""Global attention modules behind one interface: ``forward(x, batch=None, edge_index=None) -> x'``.
+"""Global attention: one query/key/value/output projection, one core per kind.
+
+:class:`ProjectedAttention` projects node features to per-head tokens, hands them to the core of its kind
+(:data:`CORES`: ``kmip``, ``full``, ``performer``, ``grf``; ``none`` means no attention) and projects the
+result back. Kind-specific options (``k``, search options, random features, walk options) are the core's
+``attn_kwargs`` and pass through every layer above untouched, as in PyG's
+``GPSConv(attn_type=..., attn_kwargs=...)``; the common sizes (channels, heads, head_dim, dropout) are
+explicit. :class:`KMIPAttention`, :class:`FullAttention`, :class:`PerformerAttention` and
+:class:`GRFAttention` fix the kind, for use in any PyG model:
+``forward(x, edge_index=None, batch=None, qk_x=None) -> x'``.
 
 Every module works on ragged PyG mini-batches (nodes of all graphs stacked, ``batch`` sorted) and never
 pads: queries only see keys of their own graph. ``edge_index`` is accepted by all of them so that a
-config can switch kinds freely; only topology-aware kinds (GRF) use it. The projection-based kinds also
-take ``qk_x``: a separate input for the queries and keys (e.g. positional encodings), the values still
-coming from ``x``; build them with ``qk_channels`` set to its size.
+config can switch kinds freely; only topology-aware kinds (GRF) use it. ``qk_x`` is a separate input for
+the queries and keys (e.g. positional encodings), the values still coming from ``x``; build the module
+with ``qk_channels`` set to its size.
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
-from torch_geometric.nn.attention.performer import orthogonal_matrix
-from torch_geometric.utils import scatter
 
-from kmipgt import ops
-from kmipgt.nn.grf_attention import GRFAttention
+from kmipgt.nn.cores import AttentionCore, FullCore, KMIPCore, PerformerCore
+from kmipgt.nn.grf_core import GRFCore
+
+CORES: dict[str, type[AttentionCore]] = {
+    "kmip": KMIPCore,
+    "full": FullCore,
+    "performer": PerformerCore,
+    "grf": GRFCore,
+}
 
 
-class _MultiHeadProjections(torch.nn.Module):
-    """Shared q/k/v projections to H heads and the output projection back to ``channels``.
+def _core_attribute(name: str) -> property:
+    """An attribute of the attention module that lives on its core (kind-specific state), read-write."""
+    return property(
+        lambda self: getattr(self.core, name),
+        lambda self, value: setattr(self.core, name, value),
+        doc=f"The core's ``{name}``.",
+    )
 
-    ``qk_channels`` (default ``channels``) is the size of the input the queries and keys are projected from.
+
+class ProjectedAttention(torch.nn.Module):
+    r"""Multi-head global attention: projections shared by every kind around the core of one kind.
+
+    .. math::
+        \mathbf{o} = W_O \big\Vert_{h=1}^{H} \operatorname{core}\big(\mathbf{x}_{qk} W^h_Q,\,
+        \mathbf{x}_{qk} W^h_K,\, \mathbf{x} W^h_V\big)
+
+    with :math:`\mathbf{x}_{qk} = \mathbf{x}` unless ``qk_x`` is given. Each subclass names its kind in
+    ``attn_type``; its core (:data:`CORES`) is built from ``heads``, ``head_dim``, ``dropout`` and
+    ``**attn_kwargs``. Build a subclass or use :func:`build_global_attention`, not this class itself.
+
+    Args:
+        channels: input and output size.
+        heads: number of heads H.
+        head_dim: size d of each head's query/key/value (default ``channels // heads``).
+        dropout: attention dropout of the core, applied only in training.
+        qk_channels: size of ``qk_x`` when queries and keys come from a separate input (default: ``x``).
+        **attn_kwargs: options of the kind's core.
     """
 
-    # Inspection hook of the kinds with explicit weights (k-MIP, full): while ``keep_attention`` is true,
-    # each forward stores the keys and softmax weights it used in ``last_attention``.
-    keep_attention: bool = False
-    last_attention: ops.AttentionSelection | None = None
+    attn_type: str
+    dropout = _core_attribute("dropout")
 
     def __init__(
         self,
         channels: int,
-        heads: int,
+        heads: int = 1,
         head_dim: int | None = None,
         dropout: float = 0.0,
         qk_channels: int | None = None,
+        **attn_kwargs,
     ):
         super().__init__()
         if channels <= 0:
@@ -57,20 +91,18 @@ class _MultiHeadProjections(torch.nn.Module):
         qk_channels = channels if qk_channels is None else qk_channels
         if qk_channels <= 0:
             raise ValueError(f"qk_channels must be positive, got {qk_channels}")
-        self.channels = channels
-        self.qk_channels = qk_channels
-        self.heads = heads
-        self.head_dim = head_dim
-        self.dropout = dropout
+        self.channels, self.qk_channels, self.heads, self.head_dim = channels, qk_channels, heads, head_dim
         inner = heads * head_dim
         self.lin_query = torch.nn.Linear(qk_channels, inner)
         self.lin_key = torch.nn.Linear(qk_channels, inner)
         self.lin_value = torch.nn.Linear(channels, inner)
         self.lin_out = torch.nn.Linear(inner, channels)
+        self.core = CORES[self.attn_type](heads, head_dim, dropout, **attn_kwargs)
 
     def reset_parameters(self) -> None:
         for lin in (self.lin_query, self.lin_key, self.lin_value, self.lin_out):
             lin.reset_parameters()
+        self.core.reset_parameters()
 
     @torch.no_grad()
     def tie_query_key(self) -> None:
@@ -96,9 +128,6 @@ class _MultiHeadProjections(torch.nn.Module):
         query, key = self.query_key(x if qk_x is None else qk_x)
         return query, key, self.lin_value(x).view(query.shape)
 
-    def _merge_heads(self, out: Tensor) -> Tensor:
-        return self.lin_out(out.reshape(out.size(0), self.heads * self.head_dim))
-
     def _check_input(self, x: Tensor, batch: Tensor | None, qk_x: Tensor | None = None) -> None:
         if x.dim() != 2 or x.size(-1) != self.channels:
             raise ValueError(f"x must have shape [N, {self.channels}], got {list(x.shape)}")
@@ -110,11 +139,28 @@ class _MultiHeadProjections(torch.nn.Module):
         if got != qk_shape:
             raise ValueError(f"qk_x must have shape {list(qk_shape)}, got {None if qk_x is None else got}")
 
+    def forward(
+        self,
+        x: Tensor,
+        edge_index: Tensor | None = None,
+        batch: Tensor | None = None,
+        qk_x: Tensor | None = None,
+    ) -> Tensor:
+        """``x [N, channels]``, ``edge_index [2, E]``, sorted ``batch [N]``, ``qk_x [N, qk_channels]``
+        -> ``[N, channels]``."""
+        self._check_input(x, batch, qk_x)
+        query, key, value = self.query_key_value(x, qk_x)
+        out = self.core(query, key, value, edge_index, batch)
+        return self.lin_out(out.reshape(x.size(0), self.heads * self.head_dim))
+
     def __repr__(self) -> str:
-        return f"{self.__class__.__name__}({self.channels}, heads={self.heads}, head_dim={self.head_dim})"
+        options = ", ".join(
+            filter(None, [f"heads={self.heads}", f"head_dim={self.head_dim}", self.core.extra_repr()])
+        )
+        return f"{self.__class__.__name__}({self.channels}, {options})"
 
 
-class KMIPAttention(_MultiHeadProjections):
+class KMIPAttention(ProjectedAttention):
     r"""Exact k-MIP attention: each query attends to the ``k`` keys of its graph with largest inner product.
 
     .. math::
@@ -126,66 +172,21 @@ class KMIPAttention(_MultiHeadProjections):
     :math:`\mathbf{q}^h_i \cdot \mathbf{k}^h_j` (all of them when the graph has at most ``k`` nodes).
     Memory is :math:`O(N k)` beyond the inputs; attention dropout acts on the k softmax weights.
 
-    Args:
-        channels: input and output size.
-        heads: number of heads H.
-        k: keys kept per query and head.
-        head_dim: size d of each head's query/key/value (default ``channels // heads``).
-        dropout: dropout on the attention weights, applied only in training.
-        backend: search backend passed to :func:`kmipgt.ops.kmip_attention`.
-        qk_channels: size of ``qk_x`` when queries and keys come from a separate input (default: ``x``).
-
-    With ``keep_attention`` set, ``last_attention`` holds the selection the forward used (searched key
-    indices, scores, softmax weights; ``return_selection`` of :func:`kmipgt.ops.kmip_attention`).
+    Arguments as :class:`ProjectedAttention`; ``**attn_kwargs`` are those of
+    :class:`~kmipgt.nn.cores.KMIPCore`: ``k`` (default 16), ``backend`` and the search options of
+    :func:`kmipgt.ops.kmip_attention` (``nlist``, ``nprobe``, ...). ``k``, ``backend``,
+    ``keep_attention`` and ``last_attention`` are the core's, read and set through the module: with
+    ``keep_attention`` set, ``last_attention`` holds the selection of the last forward.
     """
 
-    def __init__(
-        self,
-        channels: int,
-        heads: int,
-        k: int,
-        head_dim: int | None = None,
-        dropout: float = 0.0,
-        backend: str = "auto",
-        qk_channels: int | None = None,
-    ):
-        super().__init__(channels, heads, head_dim, dropout, qk_channels)
-        if not isinstance(k, int) or k <= 0:
-            raise ValueError(f"k must be a positive int, got {k!r}")
-        self.k = k
-        self.backend = backend
-
-    def forward(
-        self,
-        x: Tensor,
-        batch: Tensor | None = None,
-        edge_index: Tensor | None = None,
-        qk_x: Tensor | None = None,
-    ) -> Tensor:
-        self._check_input(x, batch, qk_x)
-        query, key, value = self.query_key_value(x, qk_x)
-        out = ops.kmip_attention(
-            query,
-            key,
-            value,
-            self.k,
-            batch=batch,
-            dropout_p=self.dropout if self.training else 0.0,
-            backend=self.backend,
-            return_selection=self.keep_attention,
-        )
-        if self.keep_attention:
-            out, self.last_attention = out
-        return self._merge_heads(out)
-
-    def __repr__(self) -> str:
-        return (
-            f"{self.__class__.__name__}({self.channels}, heads={self.heads}, head_dim={self.head_dim}, "
-            f"k={self.k})"
-        )
+    attn_type = "kmip"
+    k = _core_attribute("k")
+    backend = _core_attribute("backend")
+    keep_attention = _core_attribute("keep_attention")
+    last_attention = _core_attribute("last_attention")
 
 
-class FullAttention(_MultiHeadProjections):
+class FullAttention(ProjectedAttention):
     r"""Softmax attention over all nodes of the same graph (per-graph SDPA).
 
     .. math::
@@ -193,161 +194,88 @@ class FullAttention(_MultiHeadProjections):
         \operatorname{softmax}_j\!\Big(\frac{\mathbf{q}^h_i \cdot \mathbf{k}^h_j}{\sqrt{d}}\Big)
         \mathbf{v}^h_j
 
-    Args:
-        channels: input and output size.
-        heads: number of heads H.
-        head_dim: size of each head (default ``channels // heads``).
-        dropout: dropout on the attention weights, applied only in training.
-        qk_channels: size of ``qk_x`` when queries and keys come from a separate input (default: ``x``).
-
-    With ``keep_attention`` set, ``last_attention`` holds the ``kept_keys`` largest weights per query
-    (:func:`kmipgt.ops.full_attention_topk`: renormalised over them, with the full-softmax ``mass``).
+    Arguments as :class:`ProjectedAttention`; the core (:class:`~kmipgt.nn.cores.FullCore`) takes no
+    options. With ``keep_attention`` set, ``last_attention`` holds the ``kept_keys`` largest weights per
+    query (:func:`kmipgt.ops.full_attention_topk`).
     """
 
-    kept_keys: int = 16
-
-    def forward(
-        self,
-        x: Tensor,
-        batch: Tensor | None = None,
-        edge_index: Tensor | None = None,
-        qk_x: Tensor | None = None,
-    ) -> Tensor:
-        self._check_input(x, batch, qk_x)
-        query, key, value = self.query_key_value(x, qk_x)
-        out = ops.full_attention(
-            query, key, value, batch=batch, dropout_p=self.dropout if self.training else 0.0
-        )
-        if self.keep_attention:
-            self.last_attention = ops.full_attention_topk(query, key, self.kept_keys, batch=batch)
-        return self._merge_heads(out)
+    attn_type = "full"
+    keep_attention = _core_attribute("keep_attention")
+    last_attention = _core_attribute("last_attention")
+    kept_keys = _core_attribute("kept_keys")
 
 
-class PerformerAttention(_MultiHeadProjections):
+class PerformerAttention(ProjectedAttention):
     r"""Linear attention with FAVOR+ positive orthogonal random features (Choromanski et al., 2021).
 
-    With :math:`\phi(\mathbf{x}) = m^{-1/2}\exp(W\mathbf{x} - \lVert\mathbf{x}\rVert^2/2)` applied to
-    :math:`d^{-1/4}`-scaled queries and keys, :math:`W \in \mathbb{R}^{m \times d}` random orthogonal rows,
-
     .. math::
-        \mathbf{o}_i = \frac{\phi(\mathbf{q}_i)^\top \sum_{j \in g(i)} \phi(\mathbf{k}_j)\mathbf{v}_j^\top}
-        {\phi(\mathbf{q}_i)^\top \sum_{j \in g(i)} \phi(\mathbf{k}_j)}
+        \mathbf{o}_i = W_O \big\Vert_{h=1}^{H}
+        \frac{\phi(\mathbf{q}^h_i)^\top \sum_{j \in g(i)} \phi(\mathbf{k}^h_j)\mathbf{v}_j^{h\top}}
+        {\phi(\mathbf{q}^h_i)^\top \sum_{j \in g(i)} \phi(\mathbf{k}^h_j)}
 
-    The key sums run per graph (scatter over ``batch``), so no key leaks into another graph's output.
-    Call :meth:`redraw_projection` to resample :math:`W` (e.g. once per epoch).
-
-    Args:
-        channels: input and output size.
-        heads: number of heads H.
-        head_dim: size of each head (default ``channels // heads``).
-        num_features: number of random features m (default ``ceil(d log d)``).
-        dropout: dropout on the attention output, applied only in training (the weights are never
-            materialised, so they cannot be dropped individually).
-        qk_channels: size of ``qk_x`` when queries and keys come from a separate input (default: ``x``).
+    with the FAVOR+ features :math:`\phi` of :func:`kmipgt.grf.apply_feature_map`. Arguments as
+    :class:`ProjectedAttention`; ``**attn_kwargs`` are those of :class:`~kmipgt.nn.cores.PerformerCore`
+    (``num_features``). ``dropout`` acts on the attention output; ``core.redraw_projection()`` resamples
+    the random features.
     """
 
-    def __init__(
-        self,
-        channels: int,
-        heads: int,
-        head_dim: int | None = None,
-        num_features: int | None = None,
-        dropout: float = 0.0,
-        qk_channels: int | None = None,
-    ):
-        super().__init__(channels, heads, head_dim, dropout, qk_channels)
-        d = self.head_dim
-        self.num_features = num_features or max(d, math.ceil(d * math.log(max(d, 2))))
-        self.register_buffer("projection", orthogonal_matrix(self.num_features, d))
+    attn_type = "performer"
 
-    @torch.no_grad()
-    def redraw_projection(self) -> None:
-        """Resample the orthogonal random feature matrix in place."""
-        self.projection.copy_(orthogonal_matrix(self.num_features, self.head_dim))
 
-    def reset_parameters(self) -> None:
-        super().reset_parameters()
-        self.redraw_projection()
+class GRFAttention(ProjectedAttention):
+    r"""Linear attention masked by graph random features (Reid et al., ICLR 2025), in O(N).
 
-    def _log_features(self, x: Tensor) -> Tensor:
-        """``log(sqrt(m)·phi(x))`` for ``x [N, H, d]`` -> ``[N, H, m]``."""
-        x = x * self.head_dim**-0.25
-        return x @ self.projection.t() - 0.5 * (x * x).sum(-1, keepdim=True)
+    .. math::
+        \mathbf{o}_i = W_O \big\Vert_{h=1}^{H}
+        \frac{\sum_j \widehat{M}^h_{ij}\, \phi(\mathbf{q}^h_i)^\top \phi(\mathbf{k}^h_j)\,\mathbf{v}^h_j}
+        {\sum_j \widehat{M}^h_{ij}\, \phi(\mathbf{q}^h_i)^\top \phi(\mathbf{k}^h_j)}
+
+    with the learnable topological mask :math:`\widehat{M}` of :class:`~kmipgt.nn.grf_core.GRFCore`, built
+    from random walks on ``edge_index`` (required). Arguments as :class:`ProjectedAttention` (``dropout``
+    must be 0); ``**attn_kwargs`` are the core's walk and feature-map options (``num_walks``, ``p_halt``,
+    ``max_len``, ``feature_map``, ``form``, ``global_weight``, ``seed``, ...). The sparse mask kernels
+    (``sparse_sampled_addmm``) have no bfloat16/half version: under autocast this module runs in fp32.
+    """
+
+    attn_type = "grf"
 
     def forward(
         self,
         x: Tensor,
-        batch: Tensor | None = None,
         edge_index: Tensor | None = None,
+        batch: Tensor | None = None,
         qk_x: Tensor | None = None,
     ) -> Tensor:
-        self._check_input(x, batch, qk_x)
-        query, key, value = self.query_key_value(x, qk_x)
-        if batch is None:
-            batch = x.new_zeros(x.size(0), dtype=torch.long)
-        num_graphs = int(batch.max()) + 1 if batch.numel() > 0 else 0
-        eps = 1e-6
-        # Stabilisers cancel in the ratio: per query row for phi(q), per graph and head for phi(k).
-        log_q = self._log_features(query)
-        phi_q = torch.exp(log_q - log_q.amax(-1, keepdim=True).detach()) + eps
-        log_k = self._log_features(key)
-        key_max = scatter(log_k.amax(-1).detach(), batch, dim=0, dim_size=num_graphs, reduce="max")
-        phi_k = torch.exp(log_k - key_max[batch].unsqueeze(-1)) + eps
-        kv = scatter(phi_k.unsqueeze(-1) * value.unsqueeze(-2), batch, dim=0, dim_size=num_graphs)
-        k_sum = scatter(phi_k, batch, dim=0, dim_size=num_graphs)
-        numerator = torch.einsum("nhm,nhmd->nhd", phi_q, kv[batch])
-        denominator = (phi_q * k_sum[batch]).sum(-1, keepdim=True)
-        out = numerator / denominator
-        out = torch.nn.functional.dropout(out, self.dropout, self.training)
-        return self._merge_heads(out)
-
-    def __repr__(self) -> str:
-        return (
-            f"{self.__class__.__name__}({self.channels}, heads={self.heads}, head_dim={self.head_dim}, "
-            f"num_features={self.num_features})"
-        )
+        with torch.autocast(x.device.type, enabled=False):
+            return super().forward(x.float(), edge_index, batch, None if qk_x is None else qk_x.float())
 
 
-ATTENTION_KINDS = ("kmip", "full", "performer", "grf", "none")
+ATTENTION_TYPES: dict[str, type[ProjectedAttention]] = {
+    cls.attn_type: cls for cls in (KMIPAttention, FullAttention, PerformerAttention, GRFAttention)
+}
+ATTENTION_KINDS = (*ATTENTION_TYPES, "none")
 
 
 def build_global_attention(
     kind: str,
     channels: int,
-    heads: int,
+    heads: int = 1,
     *,
-    k: int | None = None,
     head_dim: int | None = None,
     dropout: float = 0.0,
-    **extra,
-) -> torch.nn.Module | None:
-    """Global attention module of the given ``kind``; ``None`` for ``"none"``.
+    qk_channels: int | None = None,
+    attn_kwargs: dict | None = None,
+) -> ProjectedAttention | None:
+    """Global attention module of the given ``kind`` (:data:`ATTENTION_TYPES`); ``None`` for ``"none"``.
 
     Args:
         kind: one of :data:`ATTENTION_KINDS`.
-        channels: input and output size.
-        heads: number of heads.
-        k: keys per query; required by ``"kmip"``, ignored by the kinds that attend to all keys.
-        head_dim: size of each head (default ``channels // heads``).
-        dropout: attention dropout, applied only in training.
-        **extra: kind-specific options (``backend`` for k-MIP, ``num_features`` for Performer, the walk and
-            feature-map options of :class:`~kmipgt.nn.grf_attention.GRFAttention` for GRF) and
-            ``qk_channels`` for the kinds that project queries and keys (not GRF).
+        channels, heads, head_dim, dropout, qk_channels: see :class:`ProjectedAttention`.
+        attn_kwargs: options of the kind's core (:data:`CORES`), e.g. ``{"k": 16, "backend": "ivf"}`` for
+            ``"kmip"``; ignored for ``"none"``.
     """
     if kind == "none":
         return None
-    if kind == "kmip":
-        if k is None:
-            raise ValueError("k is required for attention kind 'kmip'")
-        return KMIPAttention(channels, heads, k, head_dim=head_dim, dropout=dropout, **extra)
-    if kind == "full":
-        return FullAttention(channels, heads, head_dim=head_dim, dropout=dropout, **extra)
-    if kind == "performer":
-        return PerformerAttention(channels, heads, head_dim=head_dim, dropout=dropout, **extra)
-    if kind == "grf":
-        if dropout != 0.0:
-            raise ValueError("attention kind 'grf' has no attention dropout; set attn_dropout to 0")
-        if extra.pop("qk_channels", None) is not None:
-            raise ValueError("attention kind 'grf' takes queries and keys from the hidden state only")
-        return GRFAttention(channels, heads, head_channels=head_dim, **extra)
-    raise ValueError(f"attention kind must be one of {ATTENTION_KINDS}, got {kind!r}")
+    if kind not in ATTENTION_TYPES:
+        raise ValueError(f"attention kind must be one of {ATTENTION_KINDS}, got {kind!r}")
+    return ATTENTION_TYPES[kind](channels, heads, head_dim, dropout, qk_channels, **(attn_kwargs or {}))

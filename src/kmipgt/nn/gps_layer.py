@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -86,7 +88,10 @@ class GPSLayer(torch.nn.Module):
         attention_gate: add the attention to the local branch through a zero-initialised gate.
         branch_residual: add the layer input to each branch's output.
         ffn: end with the feed-forward block (else with the activation alone).
-        **attention_kwargs: passed to the attention factory (``k``, ``head_dim``, ``qk_channels``, ...).
+        head_dim: attention head size (default ``channels // heads``).
+        qk_channels: size of ``qk_x``, when the attention's queries and keys come from it.
+        attn_kwargs: options of the attention kind's core (e.g. ``{"k": 16}`` for k-MIP), passed on
+            untouched (see :data:`kmipgt.nn.attention.CORES`).
     """
 
     def __init__(
@@ -102,7 +107,9 @@ class GPSLayer(torch.nn.Module):
         attention_gate: bool = False,
         branch_residual: bool = True,
         ffn: bool = True,
-        **attention_kwargs,
+        head_dim: int | None = None,
+        qk_channels: int | None = None,
+        attn_kwargs: dict[str, Any] | None = None,
     ):
         super().__init__()
         if activation not in ("gelu", "relu"):
@@ -115,7 +122,13 @@ class GPSLayer(torch.nn.Module):
         self.branch_residual = branch_residual
         self.local = build_local_mpnn(local, channels, dropout, residual=branch_residual)
         self.attention = build_global_attention(
-            attention, channels, heads, dropout=attn_dropout, **attention_kwargs
+            attention,
+            channels,
+            heads,
+            head_dim=head_dim,
+            dropout=attn_dropout,
+            qk_channels=qk_channels,
+            attn_kwargs=attn_kwargs,
         )
         if self.local is None and self.attention is None:
             raise ValueError("GPSLayer needs a local MPNN or a global attention; both are 'none'")
@@ -155,12 +168,8 @@ class GPSLayer(torch.nn.Module):
         h = F.dropout(self._act(self.ffn_in(x)), self.dropout, self.training)
         return F.dropout(self.ffn_out(h), self.dropout, self.training)
 
-    def _attention(
-        self, x: Tensor, edge_index: Tensor, batch: Tensor | None, qk_x: Tensor | None
-    ) -> Tensor:
-        # Only the projection-based kinds take qk_x; GRF's queries and keys always come from x.
-        extra = {} if qk_x is None else {"qk_x": qk_x}
-        h = self.attention(x, batch=batch, edge_index=edge_index, **extra)
+    def _attention(self, x: Tensor, edge_index: Tensor, batch: Tensor | None, qk_x: Tensor | None) -> Tensor:
+        h = self.attention(x, edge_index, batch, qk_x=qk_x)
         h = F.dropout(h, self.dropout, self.training)
         if self.attention_gate is not None:
             return self.attention_gate * h

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 import torch.utils.checkpoint
@@ -114,9 +116,8 @@ class GraphTransformer(torch.nn.Module):
         task: one of :data:`TASKS`.
         edge_channels: raw edge feature size (0: featureless edges).
         local: local MPNN kind (``"gatedgcn"``, ``"gine"``, ``"sage"``, ``"gcn"``, ``"none"``).
-        attention: global attention kind (``"kmip"``, ``"full"``, ``"performer"``, ``"none"``, ...).
+        attention: global attention kind (``"kmip"``, ``"full"``, ``"performer"``, ``"grf"``, ``"none"``).
         heads: attention heads.
-        k: keys per query for k-MIP attention.
         head_dim: attention head size (default ``channels // heads``).
         dropout: dropout in layers and head.
         attn_dropout: dropout on attention weights.
@@ -125,13 +126,14 @@ class GraphTransformer(torch.nn.Module):
         pooling: graph-level pooling, ``"mean"`` or ``"sum"``.
         head_layers: layers of the output MLP.
         coord_columns, num_frequencies, lappe_dim, rwse_dim: see :class:`~kmipgt.nn.encoders.NodeEncoder`.
-        attention_options: extra kind-specific options for the attention modules.
+        attn_kwargs: options of the attention kind's core, passed to every attention layer untouched
+            (:data:`kmipgt.nn.attention.CORES`; e.g. ``{"k": 16, "backend": "ivf"}`` for k-MIP).
         attention_qk: what the attention's queries and keys are projected from: ``"hidden"`` (the layer
             input, as in GraphGPS) or ``"encoding"`` (the positional encodings of
             :meth:`~kmipgt.nn.encoders.NodeEncoder.encodings`: Fourier features of the coordinates,
             LapPE, RWSE), so that attention finds keys by position; values always come from the layer
             input. With ``"encoding"`` the query and key projections start tied
-            (:meth:`~kmipgt.nn.attention.KMIPAttention.tie_query_key`), so each query's first top-k is
+            (:meth:`~kmipgt.nn.attention.ProjectedAttention.tie_query_key`), so each query's first top-k is
             its neighbourhood in the encoding. ``"position"``: the same with the Fourier features of the
             coordinates only (no LapPE/RWSE, whose structural similarity is blind to location).
         attention_gate: attention as a zero-initialised gated residual of the local branch
@@ -158,7 +160,6 @@ class GraphTransformer(torch.nn.Module):
         local: str = "gatedgcn",
         attention: str = "kmip",
         heads: int = 4,
-        k: int | None = 16,
         head_dim: int | None = None,
         dropout: float = 0.0,
         attn_dropout: float = 0.0,
@@ -170,7 +171,7 @@ class GraphTransformer(torch.nn.Module):
         num_frequencies: int = 0,
         lappe_dim: int = 0,
         rwse_dim: int = 0,
-        attention_options: dict | None = None,
+        attn_kwargs: dict[str, Any] | None = None,
         attention_qk: str = "hidden",
         attention_gate: bool = False,
         attention_layers: list[int] | tuple[int, ...] | None = None,
@@ -216,10 +217,9 @@ class GraphTransformer(torch.nn.Module):
                 attention_gate=attention_gate and attention != "none" and i in with_attention,
                 branch_residual=branch_residual,
                 ffn=ffn,
-                k=k,
                 head_dim=head_dim,
-                **({"qk_channels": qk_channels} if i in with_attention and qk_channels else {}),
-                **(attention_options or {}),
+                qk_channels=qk_channels,
+                attn_kwargs=attn_kwargs,
             )
             for i in range(num_layers)
         )

@@ -65,6 +65,7 @@ class ModelConfig:
     ``ffn`` (the GPS layer's residuals and feed-forward block) and ``checkpoint`` (activation
     checkpointing per layer, to train larger graphs in less memory) are GPS-only;
     ``residual`` and ``baseline_options`` (keyword arguments of the PyG model) are for baselines.
+    ``attention_options`` are the attention core's ``attn_kwargs`` (:meth:`attn_kwargs`).
     """
 
     kind: str = "gps"
@@ -92,6 +93,16 @@ class ModelConfig:
     checkpoint: bool = False
     residual: bool = False
     baseline_options: dict[str, Any] = field(default_factory=dict)
+
+    def attn_kwargs(self) -> dict[str, Any]:
+        """The options of the attention kind's core: ``attention_options``, plus ``k`` for ``kmip``.
+
+        ``k`` stays a top-level key so that configs written before ``attention_options`` carried the
+        kind-specific options read unchanged; other kinds take no ``k`` and do not get it.
+        """
+        if self.attention == "kmip":
+            return {"k": self.k, **self.attention_options}
+        return dict(self.attention_options)
 
 
 @dataclass

@@ -22,9 +22,11 @@ _SHARED_MODEL_KEYS = (
     "kind", "channels", "num_layers", "dropout", "pooling", "head_layers", "coord_columns", "num_frequencies"
 )
 _GPS_MODEL_KEYS = (
-    "local", "attention", "heads", "k", "head_dim", "attn_dropout", "norm", "activation", "attention_options",
+    "local", "attention", "heads", "head_dim", "attn_dropout", "norm", "activation",
     "attention_qk", "attention_gate", "attention_layers", "branch_residual", "ffn", "checkpoint",
 )
+# GPS keys that reach the model as the attention core's attn_kwargs (ModelConfig.attn_kwargs).
+_GPS_ATTENTION_KEYS = ("k", "attention_options")
 _CONFIG_KEY = {"options": "baseline_options"}  # BaselineModel argument -> ModelConfig key, where they differ
 
 
@@ -42,7 +44,12 @@ def _shared_arguments(config: Config, data: PreparedData) -> dict[str, Any]:
 
 def _build_gps(config: Config, data: PreparedData) -> GraphTransformer:
     own = {key: getattr(config.model, key) for key in _GPS_MODEL_KEYS}
-    return GraphTransformer(**_shared_arguments(config, data), edge_channels=data.edge_channels, **own)
+    return GraphTransformer(
+        **_shared_arguments(config, data),
+        edge_channels=data.edge_channels,
+        attn_kwargs=config.model.attn_kwargs(),
+        **own,
+    )
 
 
 def _build_baseline(config: Config, data: PreparedData) -> BaselineModel:
@@ -58,7 +65,7 @@ MODEL_BUILDERS = {"gps": _build_gps, **dict.fromkeys(BASELINE_KINDS, _build_base
 def _log_ignored_model_keys(model: ModelConfig) -> None:
     """One warning naming the model keys set away from their defaults that ``model.kind`` does not read."""
     if model.kind == "gps":
-        own = _GPS_MODEL_KEYS
+        own = (*_GPS_MODEL_KEYS, *_GPS_ATTENTION_KEYS)
     else:
         own = tuple(_CONFIG_KEY.get(name, name) for name in KIND_ARGUMENTS[model.kind])
     used, defaults = {*_SHARED_MODEL_KEYS, *own}, ModelConfig()

@@ -78,6 +78,9 @@ def _check_model(config: Config) -> None:
     _at_least("model.head_dim", m.head_dim, 1, optional=True)
     _fraction("model.dropout", m.dropout, closed=False)
     _fraction("model.attn_dropout", m.attn_dropout, closed=False)
+    # ModelConfig.attn_kwargs hands model.k to the k-MIP core: a second k would silently win over it.
+    if "k" in m.attention_options:
+        raise ValueError("config key 'model.attention_options' must not set 'k'; set 'model.k' instead")
 
 
 def _check_optim(config: Config) -> None:

@@ -1,4 +1,4 @@
-"""Global attention with a learnable GRF topological mask, in O(N) (the ``grf`` attention kind)."""
+"""The GRF attention core: linear attention masked by graph random features, in O(N) (kind ``grf``)."""
 
 from __future__ import annotations
 
@@ -17,17 +17,18 @@ from kmipgt.grf import (
     orthogonal_random_features,
     sample_walks,
 )
+from kmipgt.nn.cores import AttentionCore
 from kmipgt.ops.ragged import graph_ptr
 
-__all__ = ["GRFAttention"]
+__all__ = ["GRFCore"]
 
 
-class GRFAttention(torch.nn.Module):
+class GRFCore(AttentionCore):
     r"""Linear attention masked by graph random features, from the `"Linear Transformer Topological
     Masking with Graph Random Features" <https://arxiv.org/abs/2410.03462>`_ paper (ICLR 2025).
 
     For head :math:`h` with queries :math:`\mathbf{q}_i`, keys :math:`\mathbf{k}_j` and values
-    :math:`\mathbf{v}_j` (linear projections of :math:`\mathbf{x}`),
+    :math:`\mathbf{v}_j`,
 
     .. math::
         \mathbf{o}_i = \frac{\sum_j \widehat{M}_{ij}\, \phi(\mathbf{q}_i)^\top \phi(\mathbf{k}_j)\,
@@ -46,23 +47,25 @@ class GRFAttention(torch.nn.Module):
     With ``form="asymmetric"`` the mask is :math:`\widehat{M} = \widehat{\Phi}` itself (keys take
     :math:`f = \delta_0`), computed as a weighted edge list in :math:`O(\mathrm{nnz} \cdot d)`; this
     form also takes ``feature_map="softmax"`` (:math:`\exp(\mathbf{q}_i^\top\mathbf{k}_j/\sqrt{d})`).
+    The sparse kernels have no half-precision version: give float32 tokens (under autocast,
+    :class:`~kmipgt.nn.GRFAttention` runs in float32).
 
     Args:
-        channels (int): Size of each input and output node feature.
-        heads (int, optional): Number of attention heads. (default: :obj:`1`)
-        head_channels (int, optional): Size of each head; ``channels // heads`` if not given.
+        heads (int): Number of attention heads.
+        head_dim (int): Size of each head.
+        dropout (float, optional): Must be :obj:`0.`: the weights are never materialised. (default: :obj:`0.`)
         num_walks (int, optional): Walkers per node. (default: :obj:`4`)
         p_halt (float, optional): Halting probability per step. (default: :obj:`0.5`)
         max_len (int, optional): Walk truncation, the length of f minus one. (default: :obj:`8`)
         feature_map (str, optional): ``"relu"``, ``"elu"`` or ``"favor+"`` (or ``"softmax"`` with
             ``form="asymmetric"``). (default: :obj:`"relu"`)
+        form (str, optional): ``"symmetric"`` (two sparse products, :math:`\widehat{\Phi}\widehat{\Phi}^\top`)
+            or ``"asymmetric"`` (edge list, :math:`\widehat{\Phi}`). (default: :obj:`"symmetric"`)
         explicit_mask (bool, optional): For ``form="symmetric"``: compute through the explicit sparse
             :math:`\widehat{\Phi}\widehat{\Phi}^\top` (SDDMM + SpMM) instead of two sparse products
             of width :math:`m (d + 1)`. Same output; ``None`` picks the cheaper one from the walks'
             visit counts. (default: :obj:`None`)
-        form (str, optional): ``"symmetric"`` (two sparse products, :math:`\widehat{\Phi}\widehat{\Phi}^\top`)
-            or ``"asymmetric"`` (edge list, :math:`\widehat{\Phi}`). (default: :obj:`"symmetric"`)
-        num_random_features (int, optional): FAVOR+ features per head; ``head_channels`` if not given.
+        num_random_features (int, optional): FAVOR+ features per head; ``head_dim`` if not given.
         global_weight (float, optional): :math:`c \geq 0`. (default: :obj:`0.0`)
         f_decay (float, optional): f is initialised to :math:`e^{-\mathrm{decay} \cdot t}`; loads grow
             like :math:`(1 - p_{halt})^{-t}`, so a decaying start keeps the estimate's variance low.
@@ -70,19 +73,18 @@ class GRFAttention(torch.nn.Module):
         antithetic (bool, optional): Antithetic termination for walker pairs. (default: :obj:`False`)
         repelling (bool, optional): Repelling (without-replacement) walks. (default: :obj:`False`)
         seed (int, optional): Seed of the walk sampler; new graphs take ``seed + k``.
-        qkv_bias (bool, optional): Bias in the query, key and value projections. (default: :obj:`True`)
 
     Shapes:
-        - **input:** node features :math:`(N, F)`, sorted batch vector :math:`(N)` (optional),
-          edge indices :math:`(2, E)` (required)
-        - **output:** node features :math:`(N, F)`
+        - **input:** tokens :math:`(N, H, d)` each, edge indices :math:`(2, E)` (required), sorted batch
+          vector :math:`(N)` (optional)
+        - **output:** :math:`(N, H, d)`
     """
 
     def __init__(
         self,
-        channels: int,
-        heads: int = 1,
-        head_channels: int | None = None,
+        heads: int,
+        head_dim: int,
+        dropout: float = 0.0,
         *,
         num_walks: int = 4,
         p_halt: float = 0.5,
@@ -96,13 +98,10 @@ class GRFAttention(torch.nn.Module):
         antithetic: bool = False,
         repelling: bool = False,
         seed: int | None = None,
-        qkv_bias: bool = True,
     ) -> None:
-        super().__init__()
-        if head_channels is None:
-            if channels % heads:
-                raise ValueError(f"`channels` ({channels}) must be divisible by `heads` ({heads})")
-            head_channels = channels // heads
+        super().__init__(heads, head_dim, dropout)
+        if dropout != 0.0:
+            raise ValueError("attention kind 'grf' has no attention dropout; set attn_dropout to 0")
         if form not in ("symmetric", "asymmetric"):
             raise ValueError(f"`form` must be 'symmetric' or 'asymmetric', got {form!r}")
         allowed = FEATURE_MAPS if form == "symmetric" else (*FEATURE_MAPS, "softmax")
@@ -114,20 +113,14 @@ class GRFAttention(torch.nn.Module):
             raise ValueError(
                 "`global_weight > 0` needs a linear feature map; with softmax it is full attention"
             )
-        self.channels, self.heads, self.head_channels = channels, heads, head_channels
         self.num_walks, self.p_halt, self.max_len = num_walks, p_halt, max_len
         self.feature_map, self.form, self.explicit_mask = feature_map, form, explicit_mask
         self.global_weight, self.f_decay = global_weight, f_decay
         self.antithetic, self.repelling, self.seed = antithetic, repelling, seed
-        inner = heads * head_channels
-        self.q = torch.nn.Linear(channels, inner, bias=qkv_bias)
-        self.k = torch.nn.Linear(channels, inner, bias=qkv_bias)
-        self.v = torch.nn.Linear(channels, inner, bias=qkv_bias)
-        self.out = torch.nn.Linear(inner, channels)
         self.theta = torch.nn.Parameter(torch.empty(heads, max_len + 1))
-        self.num_random_features = num_random_features or head_channels
+        self.num_random_features = num_random_features or head_dim
         if feature_map == "favor+":
-            self.register_buffer("projection", torch.empty(self.num_random_features, head_channels))
+            self.register_buffer("projection", torch.empty(self.num_random_features, head_dim))
         else:
             self.projection = None
         self._cached_edge_index: Tensor | None = None
@@ -137,9 +130,7 @@ class GRFAttention(torch.nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        r"""Resets all learnable parameters of the module and forgets cached walks."""
-        for linear in (self.q, self.k, self.v, self.out):
-            linear.reset_parameters()
+        r"""Resets f, redraws the random features and forgets cached walks."""
         with torch.no_grad():
             f = torch.exp(-self.f_decay * torch.arange(self.max_len + 1, dtype=torch.float))
             # Inverse softplus, so that softplus(theta) starts at f.
@@ -153,9 +144,7 @@ class GRFAttention(torch.nn.Module):
         if self.projection is None:
             return
         self.projection.copy_(
-            orthogonal_random_features(
-                self.num_random_features, self.head_channels, device=self.projection.device
-            )
+            orthogonal_random_features(self.num_random_features, self.head_dim, device=self.projection.device)
         )
 
     @property
@@ -201,37 +190,27 @@ class GRFAttention(torch.nn.Module):
         # against two sparse products of width m (d + 1).
         visits = torch.bincount(walks.pairs[1], minlength=walks.num_nodes)
         products = int((visits * visits).sum())
-        width = self.num_random_features if self.feature_map == "favor+" else self.head_channels
-        return products * (width + self.head_channels + 2) < 2 * walks.nnz * width * (self.head_channels + 1)
+        width = self.num_random_features if self.feature_map == "favor+" else self.head_dim
+        return products * (width + self.head_dim + 2) < 2 * walks.nnz * width * (self.head_dim + 1)
 
-    def forward(self, x: Tensor, batch: Tensor | None = None, edge_index: Tensor | None = None) -> Tensor:
-        r"""Runs the forward pass.
-
-        Args:
-            x (torch.Tensor): Node features ``[N, channels]``.
-            batch (torch.Tensor, optional): Sorted graph id per node ``[N]`` (PyG ``Batch.batch``).
-            edge_index (torch.Tensor): Edges ``[2, E]``; the mask is built from them.
-        """
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        edge_index: Tensor | None = None,
+        batch: Tensor | None = None,
+    ) -> Tensor:
         if edge_index is None:
-            raise ValueError("GRFAttention needs `edge_index`: the mask is built from walks on the graph")
-        if x.dim() != 2 or x.shape[1] != self.channels:
-            raise ValueError(f"`x` must have shape [N, {self.channels}], got {tuple(x.shape)}")
-        # The sparse mask kernels (sparse_sampled_addmm) have no bfloat16/half version: under autocast
-        # this module runs in fp32.
-        with torch.autocast(x.device.type, enabled=False):
-            return self._forward(x.float(), batch, edge_index)
-
-    def _forward(self, x: Tensor, batch: Tensor | None, edge_index: Tensor) -> Tensor:
-        n = x.shape[0]
+            raise ValueError("GRF attention needs `edge_index`: the mask is built from walks on the graph")
+        n = query.shape[0]
         ptr = graph_ptr(n, batch=batch) if batch is not None else None
-        features = grf_features(self.walks(edge_index, n, ptr), self.f.to(x.dtype))
-        shape = (n, self.heads, self.head_channels)
-        q, k, v = self.q(x).view(shape), self.k(x).view(shape), self.v(x).view(shape)
+        features = grf_features(self.walks(edge_index, n, ptr), self.f.to(query.dtype))
         if self.form == "symmetric":
-            out = masked_linear_attention(
-                q,
-                k,
-                v,
+            return masked_linear_attention(
+                query,
+                key,
+                value,
                 features,
                 feature_map=self.feature_map,
                 projection=self.projection,
@@ -239,23 +218,19 @@ class GRFAttention(torch.nn.Module):
                 ptr=ptr,
                 mask_pattern=self._cached_pattern,
             )
-        else:
-            out = asymmetric_masked_attention(
-                q,
-                k,
-                v,
-                features,
-                score=self.feature_map,
-                projection=self.projection,
-                global_weight=self.global_weight,
-                ptr=ptr,
-            )
-        return self.out(out.reshape(n, -1))
+        return asymmetric_masked_attention(
+            query,
+            key,
+            value,
+            features,
+            score=self.feature_map,
+            projection=self.projection,
+            global_weight=self.global_weight,
+            ptr=ptr,
+        )
 
-    def __repr__(self) -> str:
+    def extra_repr(self) -> str:
         return (
-            f"{self.__class__.__name__}({self.channels}, heads={self.heads}, "
-            f"head_channels={self.head_channels}, num_walks={self.num_walks}, p_halt={self.p_halt}, "
-            f"max_len={self.max_len}, feature_map={self.feature_map!r}, form={self.form!r}, "
-            f"global_weight={self.global_weight})"
+            f"num_walks={self.num_walks}, p_halt={self.p_halt}, max_len={self.max_len}, "
+            f"feature_map={self.feature_map!r}, form={self.form!r}, global_weight={self.global_weight}"
         )

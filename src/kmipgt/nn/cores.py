@@ -1,0 +1,219 @@
+"""Attention cores: what each global attention kind does with per-head query, key and value tokens.
+
+A core maps node-major tokens ``query, key [N, H, d]`` and ``value [N, H, d]`` of ragged PyG graphs to
+``[N, H, d]`` through ``forward(query, key, value, edge_index=None, batch=None)``; it never sees the node
+features nor the projections, which :class:`~kmipgt.nn.attention.ProjectedAttention` shares between
+kinds. Each core is built from the common sizes ``(heads, head_dim, dropout)`` and its kind-specific
+options (``attn_kwargs``), so a config can switch kinds and a benchmark can feed all of them the same
+tokens. The GRF core lives in :mod:`kmipgt.nn.grf_core`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from kmipgt import ops
+from kmipgt.grf import linear_attention, orthogonal_random_features
+
+__all__ = ["AttentionCore", "FullCore", "KMIPCore", "PerformerCore"]
+
+
+class AttentionCore(torch.nn.Module):
+    """Base of the attention cores: the common sizes, and no parameters unless the kind has its own.
+
+    Args:
+        heads: number of heads H of the tokens.
+        head_dim: size d of each head's tokens.
+        dropout: attention dropout, applied only in training (how depends on the kind).
+    """
+
+    def __init__(self, heads: int, head_dim: int, dropout: float = 0.0, **options):
+        super().__init__()
+        # Kinds with options take them in their own signature; this names the kind that has none.
+        if options:
+            raise TypeError(f"{type(self).__name__} takes no options, got {sorted(options)}")
+        self.heads, self.head_dim, self.dropout = heads, head_dim, dropout
+
+    def reset_parameters(self) -> None:
+        """Nothing to reset unless the kind has parameters or random features."""
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        edge_index: Tensor | None = None,
+        batch: Tensor | None = None,
+    ) -> Tensor:
+        """``query, key, value [N, H, d]``, ``edge_index [2, E]``, sorted ``batch [N]`` -> ``[N, H, d]``."""
+        raise NotImplementedError
+
+    def _dropout_p(self) -> float:
+        return self.dropout if self.training else 0.0
+
+
+# Arguments of ops.kmip_attention that KMIPCore fills itself; every other keyword (nlist, nprobe, scale,
+# check_finite, ...) is a search option passed through unchanged, so one that ops gains needs no change here.
+_KMIP_OWN_ARGS = {"query", "key", "value", "k", "ptr", "batch", "dropout_p", "backend", "return_selection"}
+KMIP_SEARCH_OPTIONS = tuple(
+    name for name in inspect.signature(ops.kmip_attention).parameters if name not in _KMIP_OWN_ARGS
+)
+
+
+class KMIPCore(AttentionCore):
+    r"""k-MIP attention (:func:`kmipgt.ops.kmip_attention`): each query attends to the ``k`` keys of its
+    graph with the largest inner product.
+
+    .. math::
+        \mathbf{o}^h_i = \sum_{j \in T_k^h(i)}
+        \operatorname{softmax}_j\!\Big(\frac{\mathbf{q}^h_i \cdot \mathbf{k}^h_j}{\sqrt{d}}\Big)\mathbf{v}^h_j
+
+    where :math:`T_k^h(i)` are the ``k`` keys of :math:`i`'s graph with the largest
+    :math:`\mathbf{q}^h_i \cdot \mathbf{k}^h_j` (all of them when the graph has at most ``k`` nodes).
+    Attention dropout acts on the k softmax weights.
+
+    Args:
+        heads, head_dim, dropout: see :class:`AttentionCore`.
+        k: keys kept per query and head. (default: :obj:`16`)
+        backend: key-search backend of :func:`kmipgt.ops.topk_inner_product`. (default: :obj:`"auto"`)
+        **search: the other options of :func:`kmipgt.ops.kmip_attention` (:data:`KMIP_SEARCH_OPTIONS`:
+            ``nlist``/``nprobe`` of the approximate backends, ``scale``, ...), passed on unchanged.
+
+    With ``keep_attention`` set, ``last_attention`` holds the selection the forward used (searched key
+    indices, scores, softmax weights; ``return_selection`` of :func:`kmipgt.ops.kmip_attention`).
+    """
+
+    keep_attention: bool = False
+    last_attention: ops.AttentionSelection | None = None
+
+    def __init__(
+        self, heads: int, head_dim: int, dropout: float = 0.0, k: int = 16, backend: str = "auto", **search
+    ):
+        super().__init__(heads, head_dim, dropout)
+        if not isinstance(k, int) or isinstance(k, bool) or k <= 0:
+            raise ValueError(f"k must be a positive int, got {k!r}")
+        unknown = sorted(set(search) - set(KMIP_SEARCH_OPTIONS))
+        if unknown:
+            raise TypeError(
+                f"unknown k-MIP attention options {unknown}; "
+                f"known: k, backend, {', '.join(KMIP_SEARCH_OPTIONS)}"
+            )
+        self.k, self.backend, self.search = k, backend, search
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        edge_index: Tensor | None = None,
+        batch: Tensor | None = None,
+    ) -> Tensor:
+        out = ops.kmip_attention(
+            query,
+            key,
+            value,
+            self.k,
+            batch=batch,
+            dropout_p=self._dropout_p(),
+            backend=self.backend,
+            return_selection=self.keep_attention,
+            **self.search,
+        )
+        if self.keep_attention:
+            out, self.last_attention = out
+        return out
+
+    def extra_repr(self) -> str:
+        options = "".join(f", {name}={value!r}" for name, value in self.search.items())
+        return f"k={self.k}, backend={self.backend!r}{options}"
+
+
+class FullCore(AttentionCore):
+    r"""Softmax attention over all nodes of the same graph (:func:`kmipgt.ops.full_attention`).
+
+    .. math::
+        \mathbf{o}^h_i = \sum_{j \in g(i)}
+        \operatorname{softmax}_j\!\Big(\frac{\mathbf{q}^h_i \cdot \mathbf{k}^h_j}{\sqrt{d}}\Big)\mathbf{v}^h_j
+
+    Args:
+        heads, head_dim, dropout: see :class:`AttentionCore`; no other options.
+
+    With ``keep_attention`` set, ``last_attention`` holds the ``kept_keys`` largest weights per query
+    (:func:`kmipgt.ops.full_attention_topk`: renormalised over them, with the full-softmax ``mass``).
+    """
+
+    keep_attention: bool = False
+    last_attention: ops.AttentionSelection | None = None
+    kept_keys: int = 16
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        edge_index: Tensor | None = None,
+        batch: Tensor | None = None,
+    ) -> Tensor:
+        out = ops.full_attention(query, key, value, batch=batch, dropout_p=self._dropout_p())
+        if self.keep_attention:
+            self.last_attention = ops.full_attention_topk(query, key, self.kept_keys, batch=batch)
+        return out
+
+
+class PerformerCore(AttentionCore):
+    r"""Linear attention with FAVOR+ positive orthogonal random features (Choromanski et al., 2021).
+
+    .. math::
+        \mathbf{o}_i = \frac{\phi(\mathbf{q}_i)^\top \sum_{j \in g(i)} \phi(\mathbf{k}_j)\mathbf{v}_j^\top}
+        {\phi(\mathbf{q}_i)^\top \sum_{j \in g(i)} \phi(\mathbf{k}_j)},
+        \qquad \phi(\mathbf{x}) = m^{-1/2}\exp\!\big(W\mathbf{x}' - \lVert\mathbf{x}'\rVert^2/2\big),
+        \quad \mathbf{x}' = d^{-1/4}\mathbf{x}
+
+    per head, with :math:`W \in \mathbb{R}^{m \times d}` from
+    :func:`kmipgt.grf.orthogonal_random_features`, so :math:`\phi(\mathbf{q})^\top\phi(\mathbf{k})` is
+    unbiased for :math:`\exp(\mathbf{q}^\top\mathbf{k}/\sqrt{d})`; computed by
+    :func:`kmipgt.grf.linear_attention` with the ``"favor+"`` feature map, key sums per graph.
+    Call :meth:`redraw_projection` to resample :math:`W` (the trainer does, once per epoch).
+
+    Args:
+        heads, head_dim: see :class:`AttentionCore`.
+        dropout: dropout on the attention output (the weights are never materialised, so they cannot be
+            dropped individually).
+        num_features: number of random features m. (default: :math:`\max(d, \lceil d \log d \rceil)`)
+    """
+
+    def __init__(self, heads: int, head_dim: int, dropout: float = 0.0, num_features: int | None = None):
+        super().__init__(heads, head_dim, dropout)
+        self.num_features = num_features or max(head_dim, math.ceil(head_dim * math.log(max(head_dim, 2))))
+        self.register_buffer("projection", orthogonal_random_features(self.num_features, head_dim))
+
+    @torch.no_grad()
+    def redraw_projection(self) -> None:
+        """Resample the random features :math:`W` in place."""
+        self.projection.copy_(
+            orthogonal_random_features(self.num_features, self.head_dim, device=self.projection.device)
+        )
+
+    def reset_parameters(self) -> None:
+        self.redraw_projection()
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        edge_index: Tensor | None = None,
+        batch: Tensor | None = None,
+    ) -> Tensor:
+        out = linear_attention(
+            query, key, value, feature_map="favor+", projection=self.projection, batch=batch
+        )
+        return F.dropout(out, self.dropout, self.training)
+
+    def extra_repr(self) -> str:
+        return f"num_features={self.num_features}"

@@ -1,0 +1,159 @@
+"""Attention cores behind one projection, attn_kwargs passed down untouched, and k-MIP in PyG's GPSConv."""
+
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_geometric.nn import GINConv, GPSConv
+
+from kmipgt.nn import (
+    CORES,
+    FullAttention,
+    GPSLayer,
+    GraphTransformer,
+    KMIPAttention,
+    KMIPGPSConv,
+    PerformerAttention,
+)
+from kmipgt.train.config import load_config
+from kmipgt.train.validation import validate_config
+
+SIZES = (9, 4, 6)
+
+
+def _batch(channels=16, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    ptr = [0, *itertools.accumulate(SIZES)]
+    batch = torch.repeat_interleave(torch.arange(len(SIZES)), torch.tensor(SIZES))
+    edge_index = torch.cat(
+        [torch.randint(lo, hi, (2, 2 * (hi - lo)), generator=gen) for lo, hi in itertools.pairwise(ptr)], 1
+    )
+    return torch.randn(ptr[-1], channels, generator=gen), edge_index, batch
+
+
+def _dense_topk_attention(
+    module: KMIPAttention, x: torch.Tensor, batch: torch.Tensor, k: int
+) -> torch.Tensor:
+    """Per graph: dense scores, the k largest per query and head kept, SDPA with that mask, out projection."""
+    h, d = module.heads, module.head_dim
+    rows = []
+    for g in batch.unique():
+        xg = x[batch == g]
+        n = xg.size(0)
+        q, kk, v = (
+            lin(xg).view(n, h, d).transpose(0, 1)
+            for lin in (module.lin_query, module.lin_key, module.lin_value)
+        )
+        top = (q @ kk.transpose(1, 2)).topk(min(k, n), dim=-1).indices
+        mask = torch.zeros(h, n, n, dtype=torch.bool).scatter(-1, top, True)
+        rows.append(
+            F.scaled_dot_product_attention(q, kk, v, attn_mask=mask).transpose(0, 1).reshape(n, h * d)
+        )
+    return module.lin_out(torch.cat(rows))
+
+
+def _gin(channels=16):
+    return GINConv(torch.nn.Sequential(torch.nn.Linear(channels, channels), torch.nn.ReLU()))
+
+
+def test_cores_take_the_same_tokens_and_kmip_with_k_at_least_n_is_full_attention():
+    torch.manual_seed(0)
+    _, edge_index, batch = _batch()
+    q, k, v = (torch.randn(batch.numel(), 2, 4) for _ in range(3))
+    outputs = {}
+    for kind, core in CORES.items():
+        options = {"k": max(SIZES)} if kind == "kmip" else {}
+        outputs[kind] = core(2, 4, **options).eval()(q, k, v, edge_index, batch)
+        assert outputs[kind].shape == v.shape, kind
+    expected = torch.cat(
+        [
+            F.scaled_dot_product_attention(*(t[batch == g].transpose(0, 1) for t in (q, k, v))).transpose(
+                0, 1
+            )
+            for g in range(len(SIZES))
+        ]
+    )
+    torch.testing.assert_close(outputs["full"], expected, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(outputs["kmip"], expected, atol=1e-5, rtol=1e-4)
+
+
+def test_attn_kwargs_reach_every_core_untouched():
+    options = {"k": 3, "backend": "ivf", "nlist": 2, "nprobe": 1}
+    model = GraphTransformer(5, 16, 2, num_layers=2, attention="kmip", attn_kwargs=dict(options))
+    for layer in model.layers:
+        core = layer.attention.core
+        assert (core.k, core.backend, core.search) == (3, "ivf", {"nlist": 2, "nprobe": 1})
+    x, edge_index, batch = _batch(channels=5)
+    assert model(x, edge_index, batch).shape == (x.size(0), 2)
+    layer = GPSLayer(16, attention="grf", attn_kwargs={"num_walks": 2, "max_len": 3, "seed": 7})
+    assert (layer.attention.core.num_walks, layer.attention.core.max_len, layer.attention.core.seed) == (
+        2,
+        3,
+        7,
+    )
+    with pytest.raises(TypeError, match="nlsit"):
+        GraphTransformer(5, 16, 2, attn_kwargs={"k": 3, "nlsit": 2})
+    with pytest.raises(TypeError, match="PerformerCore"):
+        GPSLayer(16, attention="performer", attn_kwargs={"k": 3})
+
+
+def test_config_k_reaches_only_the_kmip_core():
+    config = load_config(None, ["model.k=5", "model.attention_options={backend: dense}"])
+    assert config.model.attn_kwargs() == {"k": 5, "backend": "dense"}
+    config = load_config(None, ["model.attention=performer", "model.attention_options={num_features: 8}"])
+    assert config.model.attn_kwargs() == {"num_features": 8}
+    with pytest.raises(ValueError, match=r"model\.k"):
+        validate_config(load_config(None, ["model.attention_options={k: 4}"]))
+
+
+def test_projection_state_dict_is_shared_by_the_kinds():
+    keys = {f"lin_{name}.{p}" for name in ("query", "key", "value", "out") for p in ("weight", "bias")}
+    assert set(KMIPAttention(16, heads=2).state_dict()) == keys
+    assert set(FullAttention(16, heads=2).state_dict()) == keys
+    assert set(PerformerAttention(16, heads=2).state_dict()) == keys | {"core.projection"}
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_gps_conv_with_full_attention_equals_pyg_gpsconv(training):
+    torch.manual_seed(0)
+    x, edge_index, batch = _batch()
+    ours = KMIPGPSConv(16, _gin(), heads=4, attn_type="full")
+    theirs = GPSConv(16, ours.conv, heads=4)
+    theirs.load_state_dict(ours.state_dict(), strict=False)  # the local conv, MLP and norms
+    attention = ours.attn
+    with torch.no_grad():
+        lins = (attention.lin_query, attention.lin_key, attention.lin_value)
+        theirs.attn.in_proj_weight.copy_(torch.cat([lin.weight for lin in lins]))
+        theirs.attn.in_proj_bias.copy_(torch.cat([lin.bias for lin in lins]))
+        theirs.attn.out_proj.load_state_dict(attention.lin_out.state_dict())
+    ours.train(training)
+    theirs.train(training)
+    torch.testing.assert_close(ours(x, edge_index, batch), theirs(x, edge_index, batch), atol=1e-5, rtol=1e-4)
+
+
+def test_gps_conv_with_kmip_equals_hand_computation_and_uses_the_attention():
+    torch.manual_seed(0)
+    x, edge_index, batch = _batch()
+    conv = KMIPGPSConv(16, _gin(), heads=2, attn_kwargs={"k": 3}).eval()
+    assert isinstance(conv, GPSConv) and isinstance(conv.attn, KMIPAttention) and conv.attn.k == 3
+    h_local = conv.norm1(x + conv.conv(x, edge_index))
+    h_attn = conv.norm2(x + _dense_topk_attention(conv.attn, x, batch, 3))
+    h = h_local + h_attn
+    expected = conv.norm3(h + conv.mlp(h))
+    out = conv(x, edge_index, batch)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-4)
+    # Skipping the attention (what PyG's GPSConv does with a module it does not know) would not see this.
+    with torch.no_grad():
+        conv.attn.lin_value.weight.mul_(2.0)
+    assert not torch.allclose(conv(x, edge_index, batch), out, atol=1e-3)
+
+
+def test_gps_conv_reset_and_argument_errors():
+    conv = KMIPGPSConv(12, None, heads=5, attn_kwargs={"k": 2, "head_dim": 4})
+    assert conv.heads == 5 and conv.attn.head_dim == 4 and "attn_type=kmip" in repr(conv)
+    before = conv.attn.lin_query.weight.clone()
+    conv.reset_parameters()
+    assert not torch.equal(before, conv.attn.lin_query.weight)
+    with pytest.raises(ValueError, match="attn_type"):
+        KMIPGPSConv(16, None, attn_type="multihead")
