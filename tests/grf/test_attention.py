@@ -270,3 +270,20 @@ def test_bad_inputs_are_rejected(walks_and_ptr):
         masked_linear_attention(q, k, v, features, feature_map="favor+")
     with pytest.raises(ValueError, match="key"):
         masked_linear_attention(q, k[..., :2], v, features)
+
+
+def test_favor_linear_attention_is_per_graph_when_one_graph_scores_far_below_another():
+    """The key stabiliser is per graph: a graph whose logits lie ~200 below another's keeps its weights."""
+    gen = torch.Generator().manual_seed(0)
+    projection = orthogonal_random_features(16, DIM, generator=gen, dtype=torch.float64)
+    query, key, value = (
+        torch.randn(12, HEADS, d, generator=gen, dtype=torch.float64) for d in (DIM, DIM, DIM_V)
+    )
+    key[:6] = key[:6] * 0.1 + 20.0 * projection[0] / projection[0].norm()  # graph 0: large key logits
+    ptr = torch.tensor([0, 6, 12])
+    batched = linear_attention(query, key, value, feature_map="favor+", projection=projection, ptr=ptr)
+    for lo, hi in ((0, 6), (6, 12)):
+        alone = linear_attention(
+            query[lo:hi], key[lo:hi], value[lo:hi], feature_map="favor+", projection=projection
+        )
+        torch.testing.assert_close(batched[lo:hi], alone)

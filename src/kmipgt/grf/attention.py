@@ -193,10 +193,11 @@ def linear_attention(
     Shapes as :func:`masked_linear_attention`; the baseline GRF masking is compared against.
     """
     _check_qkv(query, key, value)
-    phi_q = _head_major(apply_feature_map(query, feature_map, projection=projection, is_query=True))
-    phi_k = _head_major(apply_feature_map(key, feature_map, projection=projection, is_query=False))
-    value1 = _head_major(F.pad(value, (0, 1), value=1.0))
     graph = _graph_index(query.shape[0], ptr, batch, query.device)
+    phi_q = _head_major(apply_feature_map(query, feature_map, projection=projection, is_query=True))
+    phi_k = apply_feature_map(key, feature_map, projection=projection, is_query=False, graph=graph)
+    phi_k = _head_major(phi_k)
+    value1 = _head_major(F.pad(value, (0, 1), value=1.0))
     return _normalise(_global_term(phi_q, phi_k, value1, graph, None), eps)
 
 
@@ -237,7 +238,7 @@ def _edge_list_attention(
         out = sparse_dense_matmul(indices, torch.exp(logits - row_max[row]), flat_value1).view(heads, n, -1)
         return (out[..., :-1] / out[..., -1:].clamp_min(tiny)).transpose(0, 1)
     phi_q = _head_major(apply_feature_map(query, score, projection=projection, is_query=True))
-    phi_k = _head_major(apply_feature_map(key, score, projection=projection, is_query=False))
+    phi_k = _head_major(apply_feature_map(key, score, projection=projection, is_query=False, graph=graph))
     kernel = sampled_dot(indices, phi_q.view(heads * n, -1), phi_k.view(heads * n, -1))
     out = sparse_dense_matmul(indices, kernel * weights, flat_value1).view(heads, n, -1)
     if global_weight > 0:

@@ -40,7 +40,12 @@ def orthogonal_random_features(
 
 
 def apply_feature_map(
-    x: Tensor, feature_map: str, *, projection: Tensor | None = None, is_query: bool = True
+    x: Tensor,
+    feature_map: str,
+    *,
+    projection: Tensor | None = None,
+    is_query: bool = True,
+    graph: Tensor | None = None,
 ) -> Tensor:
     """Map queries or keys ``x`` ``[N, H, d]`` to non-negative features ``[N, H, m]``.
 
@@ -48,8 +53,10 @@ def apply_feature_map(
     - ``elu``: ``elu(x) + 1``, m = d (Katharopoulos et al.).
     - ``favor+``: ``exp(ωᵀx' − ‖x'‖²/2) / √m`` with ``x' = x·d^{-1/4}`` and ``projection`` ω
       ``[m, d]`` (shared) or ``[H, m, d]``, so ``φ(q)ᵀφ(k)`` is unbiased for ``exp(qᵀk/√d)``. A max is
-      subtracted in the exponent for stability: per row and head for queries, one global constant for
-      keys; both cancel in the attention ratio.
+      subtracted in the exponent for stability: per row and head for queries, per graph and head for
+      keys (``graph``: ``[N]`` graph id of each row; None: one graph); both cancel in the attention ratio.
+      Per graph, because one constant for a whole batch would underflow the keys of a graph whose
+      logits lie far below another graph's.
     """
     if feature_map == "relu":
         return torch.relu(x)
@@ -70,5 +77,17 @@ def apply_feature_map(
     else:
         logits = torch.einsum("nhd,hmd->nhm", x, projection)
     logits = logits - 0.5 * x.pow(2).sum(-1, keepdim=True)
-    shift = logits.amax(-1, keepdim=True) if is_query else logits.amax()
+    shift = logits.amax(-1, keepdim=True) if is_query else _key_shift(logits, graph)
     return torch.exp(logits - shift.detach()) / math.sqrt(projection.shape[-2])
+
+
+def _key_shift(logits: Tensor, graph: Tensor | None) -> Tensor:
+    """``[N or 1, H, 1]``: the largest key logit of each graph and head."""
+    per_row = logits.amax(-1)
+    if graph is None:
+        return per_row.amax(0, keepdim=True).unsqueeze(-1)
+    num_graphs = int(graph.max()) + 1 if graph.numel() else 1
+    index = graph.unsqueeze(-1).expand_as(per_row)
+    shift = per_row.new_full((num_graphs, per_row.shape[1]), float("-inf"))
+    shift = shift.scatter_reduce(0, index, per_row, reduce="amax")
+    return shift[graph].unsqueeze(-1)
