@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 import traceback
@@ -15,8 +16,32 @@ USAGE_ERROR = 2
 INPUT_ERRORS = (ValueError, TypeError, FileNotFoundError, ImportError)
 
 
+def _no_default(action: argparse.Action) -> bool:
+    return action.default is None or action.default is False or action.default == []  # `is`: 0 == False
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each option's default, unless its help already says it or there is none to show."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if _no_default(action) or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+    def _format_action(self, action: argparse.Action) -> str:
+        if action.help is None and action.option_strings and not _no_default(action):
+            action = copy.copy(action)
+            action.help = "(default: %(default)s)"
+        return super()._format_action(action)
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse with the one-line ``kmipgt: error: ...`` of every other CLI error (exit 2)."""
+    """argparse with the one-line ``kmipgt: error: ...`` of every other CLI error (exit 2), and defaults
+    in every command's help."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         self.exit(USAGE_ERROR, f"kmipgt: error: {message} (see {self.prog} --help)\n")
@@ -199,7 +224,7 @@ def _add_bench_approx(bench: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--k", type=_csv(int), default=None, help="comma-separated k grid (default 1, 2, 4, ..., N)"
     )
-    parser.add_argument("--split", default="test", help="split whose graph gives the tokens (default test)")
+    parser.add_argument("--split", default="test", help="split whose graph gives the tokens")
     parser.add_argument("--graph", type=int, default=0, help="graph of the split (graph/edge-level runs)")
     parser.add_argument("--checkpoint", choices=("best", "last"), default="best")
     parser.add_argument("--save-tokens", action="store_true", help="also save q/k/v of every layer")
@@ -325,7 +350,11 @@ def _add_overrides(parser: argparse.ArgumentParser, example: str) -> None:
 
 def _add_train_eval(commands: argparse._SubParsersAction) -> None:
     train = commands.add_parser("train", help="train a graph transformer from a YAML config")
-    train.add_argument("--config", type=Path, default=None, help="YAML config (default: built-in defaults)")
+    train.add_argument(
+        "--config",
+        default=None,
+        help="YAML config: a path, or a shipped config's name (kmipgt configs) (default: built-in defaults)",
+    )
     _add_overrides(train, "model.k=32")
     again = train.add_mutually_exclusive_group()
     again.add_argument("--resume", action="store_true", help="continue from out_dir/last.pt")
@@ -381,7 +410,9 @@ def _sweep(args: argparse.Namespace) -> int:
 
 def _add_sweep(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("sweep", help="train each cell of a grid of config overrides; summarise")
-    parser.add_argument("sweep", type=Path, help="sweep YAML: base, set, grid, out (docs/training.md)")
+    parser.add_argument(
+        "sweep", type=Path, help="sweep YAML (a path or a shipped name, e.g. sweeps/influence_of_k)"
+    )
     parser.add_argument("--jobs", type=int, default=1, help="cells trained at once, each in its own process")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: the file's out)")
     parser.add_argument("--dry-run", action="store_true", help="list the cells and their state, then exit")
@@ -532,7 +563,7 @@ def _add_analysis(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("run_dir", type=Path, help="run directory written by kmipgt train")
     chosen = parser.add_mutually_exclusive_group()
     chosen.add_argument("--nodes", type=_csv(int), default=None, help="comma-separated query node ids")
-    chosen.add_argument("--sample", type=int, default=8, help="random queries of the split (default 8)")
+    chosen.add_argument("--sample", type=int, default=8, help="random queries of the split")
     parser.add_argument("--split", default="test", help="train, val or test (statistics run over it)")
     parser.add_argument("--graph", type=int, default=0, help="graph of the split (graph/edge-level runs)")
     parser.add_argument("--layer", type=_layer_or_all, default=None, help="all (default) or a layer index")
@@ -558,14 +589,35 @@ def _add_analysis(commands: argparse._SubParsersAction) -> None:
     )
     wl.add_argument("first", type=Path, help="a PyG Data saved with torch.save")
     wl.add_argument("second", type=Path, help="the other graph")
-    wl.add_argument("--encoding", choices=("none", "spd", "rwse"), default="spd", help="default spd")
+    wl.add_argument(
+        "--encoding", choices=("none", "spd", "rwse"), default="spd", help="pair encoding of the refinement"
+    )
     wl.add_argument("--rwse-steps", type=int, default=16, help="walk lengths of --encoding rwse")
     wl.add_argument("--no-features", action="store_true", help="ignore x: every node starts alike")
     wl.set_defaults(handler=_analysis_wl)
 
 
+def _configs(args: argparse.Namespace) -> int:
+    from kmipgt.configs import config_path, list_configs
+
+    for name in list_configs():
+        print(config_path(name) if args.paths else name)
+    return 0
+
+
+def _add_configs(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "configs", help="list the shipped configs (train --config NAME and sweep NAME find them by name)"
+    )
+    parser.add_argument("--paths", action="store_true", help="print each config's file path")
+    parser.set_defaults(handler=_configs)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from kmipgt import __version__
+
     parser = _Parser(prog="kmipgt", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"kmipgt {__version__}")
     parser.add_argument("--debug", action="store_true", help="print the traceback of an error")
     commands = parser.add_subparsers(dest="command", required=True)
     bench = commands.add_parser("bench", help="benchmarks (JSON + PNG)").add_subparsers(
@@ -579,6 +631,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train_eval(commands)
     _add_sweep(commands)
     _add_analysis(commands)
+    _add_configs(commands)
     return parser
 
 

@@ -37,6 +37,7 @@ import matplotlib
 import yaml
 
 import kmipgt
+from kmipgt.configs import config_path
 from kmipgt.train.config import config_differences, config_to_dict, load_config
 
 matplotlib.use("Agg")
@@ -84,8 +85,11 @@ def _mapping(value: Any, what: str) -> dict:
 
 
 def load_sweep(path: str | Path, out: str | Path | None = None) -> Sweep:
-    """Read and check a sweep file; ``out`` (e.g. from ``--out``) replaces the file's ``out``."""
-    path = Path(path)
+    """Read and check a sweep file; ``out`` (e.g. from ``--out``) replaces the file's ``out``.
+
+    ``path`` and the file's ``base`` may name shipped configs (``sweeps/influence_of_k``, ``minnesota``).
+    """
+    path = config_path(path)
     with open(path) as f:
         content = yaml.safe_load(f) or {}
     unknown = sorted(set(content) - set(SWEEP_KEYS))
@@ -102,7 +106,7 @@ def load_sweep(path: str | Path, out: str | Path | None = None) -> Sweep:
     if both:
         raise ValueError(f"keys both fixed by 'set' and varied by 'grid': {both}")
     out = Path(out or content.get("out") or Path("runs/sweeps") / path.stem)
-    return Sweep(path, Path(content["base"]), fixed, grid, out)
+    return Sweep(path, config_path(content["base"]), fixed, grid, out)
 
 
 def _safe(text: str) -> str:

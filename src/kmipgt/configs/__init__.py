@@ -1,0 +1,40 @@
+"""The configs shipped with kmipgt, found by name from any directory.
+
+``kmipgt train --config minnesota`` (or ``configs/minnesota.yaml``, the repository's path) reads
+``minnesota.yaml`` from this package; a path that exists is used as it is, so a local file wins.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+_SUFFIX = ".yaml"
+
+
+def _shipped() -> Path:
+    return Path(str(resources.files(__name__)))
+
+
+def list_configs() -> list[str]:
+    """Names of the shipped configs (``minnesota``, ``sweeps/influence_of_k``, ...), sorted."""
+    root = _shipped()
+    return sorted(path.relative_to(root).with_suffix("").as_posix() for path in root.rglob(f"*{_SUFFIX}"))
+
+
+def config_path(name: str | Path) -> Path:
+    """The file ``name`` refers to: an existing path, else the shipped config of that name.
+
+    Raises:
+        FileNotFoundError: neither exists; the message lists the shipped names.
+    """
+    path = Path(name)
+    if path.is_file():
+        return path
+    # Docs and sweep files name shipped configs as ``configs/<name>.yaml`` (the repository's layout).
+    relative = Path(*path.parts[1:]) if path.parts[:1] == ("configs",) and len(path.parts) > 1 else path
+    shipped = _shipped() / relative
+    for candidate in (shipped, shipped.with_name(shipped.name + _SUFFIX)):
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(f"no config file {str(name)!r}; shipped configs: {', '.join(list_configs())}")
