@@ -233,11 +233,36 @@ def _add_bench_approx(bench: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=_bench_approx)
 
 
-def _data_info(args: argparse.Namespace) -> int:
-    from kmipgt.data.catalog import graph_summary, load_dataset
+def _loader_option(text: str) -> tuple[str, object]:
+    """argparse type of ``KEY=VALUE``, the value read as YAML like a config's ``data.options``."""
+    import yaml
 
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, yaml.safe_load(value)
+
+
+def _data_list(args: argparse.Namespace) -> int:
+    from kmipgt.data import DATASETS
+
+    for dataset in DATASETS.values():
+        extra = f" (extra: {dataset.extra})" if dataset.extra else ""
+        print(f"{dataset.name:<15} {'/'.join(dataset.levels):<10} {dataset.description}{extra}")
+    return 0
+
+
+def _data_info(args: argparse.Namespace) -> int:
+    from kmipgt.data import get_dataset
+    from kmipgt.data.report import graph_summary
+
+    flags = {"root": args.root, "num_nodes": args.num_nodes, "seed": args.seed}
+    options = {**{key: value for key, value in flags.items() if value is not None}, **dict(args.options)}
     try:
-        data = load_dataset(args.name, root=args.root, num_nodes=args.num_nodes, seed=args.seed)
+        dataset = get_dataset(args.name)
+        if "node" not in dataset.levels:
+            raise ValueError(f"dataset {args.name!r} is a set of graphs; info summarises one graph")
+        data = dataset.load(**options)
     except (FileNotFoundError, ImportError, ValueError) as error:
         print(f"kmipgt data info: {error}", file=sys.stderr)
         return 2
@@ -249,7 +274,7 @@ def _data_info(args: argparse.Namespace) -> int:
 def _data_synthetic(args: argparse.Namespace) -> int:
     import torch
 
-    from kmipgt.data.catalog import graph_summary, timed_synthetic_city
+    from kmipgt.data.report import graph_summary, timed_synthetic_city
 
     data, timings = timed_synthetic_city(
         args.num_nodes,
@@ -277,11 +302,18 @@ def _add_data(commands: argparse._SubParsersAction) -> None:
     data = commands.add_parser("data", help="offline datasets").add_subparsers(
         dest="data_command", required=True
     )
+    data.add_parser("list", help="the registered datasets (a config's data.name)").set_defaults(
+        handler=_data_list
+    )
     info = data.add_parser("info", help="load a dataset and print its statistics")
-    info.add_argument("name", help="minnesota, synthetic, digits, helsinki, paris, shanghai, la or london")
-    info.add_argument("--root", type=Path, default=None, help="directory of a local City-Networks copy")
+    info.add_argument("name", help="a registered dataset (kmipgt data list), e.g. minnesota")
+    info.add_argument("--root", type=Path, default=None, help="directory of a local copy (root option)")
     info.add_argument("--num-nodes", type=int, default=None, help="size of a synthetic city")
-    info.add_argument("--seed", type=int, default=0)
+    info.add_argument("--seed", type=int, default=None, help="seed of a synthetic city")
+    info.add_argument(
+        "--set", dest="options", metavar="KEY=VALUE", type=_loader_option, action="append", default=[],
+        help="another loader option, as in a config's data.options, e.g. --set name=paris (repeatable)",
+    )
     info.set_defaults(handler=_data_info)
     synthetic = data.add_parser("synthetic", help="generate (and label) a synthetic city, timing each stage")
     synthetic.add_argument("--num-nodes", type=int, required=True)

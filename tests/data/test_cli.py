@@ -19,6 +19,6 @@ def test_data_synthetic_writes_loadable_graph(tmp_path, capsys):
 
 
 def test_data_info_missing_copy_is_a_clear_error(tmp_path, capsys):
-    assert main(["data", "info", "paris", "--root", str(tmp_path)]) == 2
+    assert main(["data", "info", "city_networks", "--root", str(tmp_path), "--set", "name=paris"]) == 2
     err = capsys.readouterr().err
     assert "No City-Networks copy" in err and "edge_indices.pt" in err

@@ -97,7 +97,7 @@ def test_fused_falls_back_to_torch_with_a_warning_without_compiler(ragged, monke
 def test_failed_build_warns_and_falls_back(ragged, monkeypatch, tmp_path):
     query, key, _ = ragged([20])
     try:
-        monkeypatch.setenv("KMIPGT_CACHE_DIR", str(tmp_path))
+        monkeypatch.setenv("KMIPGT_CACHE", str(tmp_path))
         _rebuild_library(monkeypatch, _FLAGS=(*fused_search._FLAGS, "--no-such-flag"))
         with pytest.warns(RuntimeWarning, match="could not build the fused CPU search"):
             _, index = topk_inner_product(query, key, 3, backend="fused")
@@ -109,8 +109,8 @@ def test_failed_build_warns_and_falls_back(ragged, monkeypatch, tmp_path):
 
 
 def test_built_library_is_cached(tmp_path, monkeypatch):
-    monkeypatch.setenv("KMIPGT_CACHE_DIR", str(tmp_path))
-    assert fused_search.fused_cache_dir() == tmp_path
+    monkeypatch.setenv("KMIPGT_CACHE", str(tmp_path))
+    assert fused_search.cache_dir() == tmp_path
     fused_search.fused_library.cache_clear()
     try:
         with warnings.catch_warnings():

@@ -4,8 +4,9 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
+from kmipgt.data import DATASETS, Dataset
 from kmipgt.train import Trainer, load_config
-from kmipgt.train.datasets import LOADERS, prepare_data
+from kmipgt.train.datasets import prepare_data
 
 
 def _cliques(num_cliques=40, size=6, num_classes=4, seed=0) -> Data:
@@ -25,7 +26,7 @@ def _cliques(num_cliques=40, size=6, num_classes=4, seed=0) -> Data:
 
 @pytest.fixture
 def cliques(monkeypatch):
-    monkeypatch.setitem(LOADERS, "cliques", lambda: _cliques())
+    monkeypatch.setitem(DATASETS, "cliques", Dataset("cliques", _cliques, ("node",), "disjoint cliques"))
 
 
 def _config(tmp_path, rate, kind="gcn", epochs=60):

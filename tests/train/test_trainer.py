@@ -11,9 +11,10 @@ from torch_geometric.data import Data
 from torch_geometric.utils import to_undirected
 
 from kmipgt.cli import main
+from kmipgt.data import list_datasets
 from kmipgt.nn import BASELINE_KINDS, BaselineModel
 from kmipgt.train import Trainer, build_model, load_config
-from kmipgt.train.datasets import LOADERS, PreparedData
+from kmipgt.train.datasets import PreparedData
 from kmipgt.train.metrics import compute_metric, higher_is_better
 from kmipgt.train.task import forward as _forward
 
@@ -179,7 +180,7 @@ def test_cli_trains_and_evaluates_a_node_level_graph(tmp_path, capsys, monkeypat
                          ids=lambda p: p.stem)
 def test_shipped_configs_load_and_build(path):
     config = load_config(path)
-    assert config.data.name in LOADERS
+    assert config.data.name in list_datasets()
     data = PreparedData(config.task.level, None, None, in_channels=40, edge_channels=1, out_channels=10,
                         name=config.data.name)
     build_model(config, data)

@@ -1,32 +1,42 @@
-"""Datasets that need no network: road networks with City-Networks labels, local benchmark copies, PEs."""
+"""Datasets that need no network: road networks with City-Networks labels, local benchmark copies, PEs.
+
+:func:`list_datasets` names the datasets that configs, ``kmipgt data`` and :func:`load_dataset` know.
+"""
 
 from kmipgt.data.city_labels import eccentricity_labels, partition_labels, road_adjacency
 from kmipgt.data.city_networks import CityNetworks, load_city_network
 from kmipgt.data.helsinki import HELSINKI_FEATURES, helsinki
-from kmipgt.data.lrgb import lrgb_dataset
+from kmipgt.data.lrgb import lrgb_dataset, lrgb_splits
 from kmipgt.data.minnesota import MINNESOTA_FEATURES, minnesota
 from kmipgt.data.point_cloud import digits_knn, knn_graph_dataset
 from kmipgt.data.positional_encodings import LaplacianPE, RandomWalkSE
+from kmipgt.data.registry import DATASETS, Dataset, get_dataset, list_datasets, load_dataset
 from kmipgt.data.road_graph import add_city_labels, haversine_metres, road_network_data, symmetric_edges
 from kmipgt.data.splits import index_to_mask, random_split_masks
 from kmipgt.data.synthetic_city import SYNTHETIC_CITY_FEATURES, synthetic_city
 
 __all__ = [
+    "DATASETS",
     "HELSINKI_FEATURES",
     "MINNESOTA_FEATURES",
     "SYNTHETIC_CITY_FEATURES",
     "CityNetworks",
+    "Dataset",
     "LaplacianPE",
     "RandomWalkSE",
     "add_city_labels",
     "digits_knn",
     "eccentricity_labels",
+    "get_dataset",
     "haversine_metres",
     "helsinki",
     "index_to_mask",
     "knn_graph_dataset",
+    "list_datasets",
     "load_city_network",
+    "load_dataset",
     "lrgb_dataset",
+    "lrgb_splits",
     "minnesota",
     "partition_labels",
     "random_split_masks",

@@ -1,4 +1,7 @@
-"""On-disk cache for expensive per-graph results (labels), keyed by content hash and parameters."""
+"""On-disk cache for expensive per-graph results (labels), keyed by content hash and parameters.
+
+It lives in :func:`kmipgt.cache_dir.cache_dir` (``$KMIPGT_CACHE``).
+"""
 
 from __future__ import annotations
 
@@ -8,10 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-
-def cache_dir() -> Path:
-    """The cache directory: ``$KMIPGT_CACHE`` if set, else ``~/.cache/kmipgt``."""
-    return Path(os.environ.get("KMIPGT_CACHE") or Path.home() / ".cache" / "kmipgt")
+from kmipgt.cache_dir import cache_dir
 
 
 def content_hash(*arrays: np.ndarray, **params: object) -> str:

@@ -16,9 +16,10 @@ import warnings
 import numpy as np
 import torch
 from torch_geometric.data import Data
+from torch_geometric.utils import degree, scatter, to_undirected
 
 from kmipgt.data import cache
-from kmipgt.data.road_graph import degree_and_mean_length, haversine_metres, road_network_data
+from kmipgt.data.road_graph import haversine_metres, road_network_data
 from kmipgt.data.road_simplify import contract_degree2_chains, simple_edges
 
 HELSINKI_HIGHWAYS = ("footway", "service", "cycleway", "secondary", "residential", "primary", "tertiary",
@@ -111,14 +112,12 @@ def helsinki(
     highway_one_hot = np.eye(len(HELSINKI_HIGHWAYS))[arrays["highway"]]
     road_features = np.concatenate([arrays["lengths"][:, None], arrays["speed"][:, None],
                                     arrays["oneway"][:, None], highway_one_hot], axis=1)
-    both = np.concatenate([edges, edges[::-1]], axis=1)
-    order = np.lexsort((both[1], both[0]))
-    edge_index = torch.from_numpy(both[:, order])
-    directed_features = torch.from_numpy(np.concatenate([road_features, road_features])[order])
-    street_count, _ = degree_and_mean_length(edge_index, directed_features[:, 0], num_nodes)
-    totals = torch.zeros(num_nodes, directed_features.size(1), dtype=torch.float64)
-    totals.index_add_(0, edge_index[1], directed_features)
-    x = torch.cat([torch.from_numpy(lonlat), street_count[:, None], totals / street_count[:, None]], dim=1)
+    # Parallel roads are merged already, so no two directed edges are: each keeps its road's features.
+    edge_index, directed_features = to_undirected(torch.from_numpy(edges), torch.from_numpy(road_features),
+                                                  num_nodes)
+    street_count = degree(edge_index[1], num_nodes, dtype=torch.float64)
+    mean_features = scatter(directed_features, edge_index[1], dim=0, dim_size=num_nodes, reduce="mean")
+    x = torch.cat([torch.from_numpy(lonlat), street_count[:, None], mean_features], dim=1)
     return road_network_data(
         x.float(), edge_index, directed_features[:, 0], hops=hops, num_classes=num_classes,
         use_cache=use_cache, progress=progress, pos=torch.from_numpy(lonlat), name="helsinki",

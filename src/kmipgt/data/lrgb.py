@@ -161,6 +161,11 @@ def lrgb_dataset(
     raise FileNotFoundError(f"No local copy of {LRGB_NAMES[key]} under {root}. Looked for:\n  {listing}")
 
 
+def lrgb_splits(root: str | Path, name: str, **options) -> dict[str, list[Data]]:
+    """Every split of a local LRGB copy as a list of graphs; ``options`` as for :func:`lrgb_dataset`."""
+    return {split: list(lrgb_dataset(root, name, split, **options)) for split in SPLITS}
+
+
 def _from_original(csv_path, split_path, key, split, transform, smiles2graph, verify_md5) -> LRGBDataset:
     _, _, csv_md5, _, split_md5 = ORIGINAL_PEPTIDES[key]
     if verify_md5:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 from torch_geometric.data import Data
-from torch_geometric.utils import coalesce, remove_self_loops, scatter
+from torch_geometric.utils import remove_self_loops, scatter, to_undirected
 
 from kmipgt.data.city_labels import eccentricity_labels
 from kmipgt.data.splits import random_split_masks
@@ -32,15 +32,12 @@ def symmetric_edges(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Both directions of every edge, self-loops removed, sorted; parallel edges keep their shortest length.
 
-    Returns ``edge_index [2, E']`` and, if given, ``edge_length [E']``.
+    Returns ``edge_index [2, E']`` and, if given, ``edge_length [E']`` (float64).
     """
-    edge_index = torch.as_tensor(edge_index, dtype=torch.long)
-    both = torch.cat([edge_index, edge_index.flip(0)], dim=1)
-    length = None if edge_length is None else torch.cat([edge_length, edge_length]).to(torch.float64)
-    both, length = remove_self_loops(both, length)
-    if length is None:
-        return coalesce(both, num_nodes=num_nodes), None
-    return coalesce(both, length, num_nodes=num_nodes, reduce="min")
+    length = None if edge_length is None else edge_length.to(torch.float64)
+    # PyG's to_undirected keeps self-loops, which a road network must not have (a road joins two junctions)
+    edge_index, length = remove_self_loops(torch.as_tensor(edge_index, dtype=torch.long), length)
+    return to_undirected(edge_index, length, num_nodes, reduce="min")
 
 
 def degree_and_mean_length(

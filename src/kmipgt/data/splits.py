@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from torch_geometric.utils import index_to_mask as pyg_index_to_mask
 
 
 def random_split_masks(
@@ -22,16 +23,16 @@ def random_split_masks(
     perm = torch.from_numpy(np.random.RandomState(seed).permutation(num_nodes))
     num_train = int(num_nodes * train_fraction)
     num_val = int(num_nodes * val_fraction)
-    masks = []
-    for part in (perm[:num_train], perm[num_train : num_train + num_val], perm[num_train + num_val :]):
-        mask = torch.zeros(num_nodes, dtype=torch.bool)
-        mask[part] = True
-        masks.append(mask)
-    return masks[0], masks[1], masks[2]
+    parts = (perm[:num_train], perm[num_train : num_train + num_val], perm[num_train + num_val :])
+    return tuple(pyg_index_to_mask(part, num_nodes) for part in parts)
 
 
 def index_to_mask(index: torch.Tensor, num_nodes: int, name: str = "index") -> torch.Tensor:
-    """Boolean ``[num_nodes]`` mask from an index tensor; boolean masks of that length pass through."""
+    """Boolean ``[num_nodes]`` mask from an index tensor; boolean masks of that length pass through.
+
+    PyG's ``index_to_mask`` plus what user-supplied mask files need: City-Networks copies hold either
+    boolean masks or index lists, and an out-of-range index is an error naming the file, not a crash.
+    """
     index = torch.as_tensor(index)
     if index.dtype == torch.bool:
         if index.shape != (num_nodes,):
@@ -43,6 +44,4 @@ def index_to_mask(index: torch.Tensor, num_nodes: int, name: str = "index") -> t
     if index.numel() and (int(index.min()) < 0 or int(index.max()) >= num_nodes):
         raise ValueError(f"{name}: indices must lie in [0, {num_nodes}), got range "
                          f"[{int(index.min())}, {int(index.max())}]")
-    mask = torch.zeros(num_nodes, dtype=torch.bool)
-    mask[index] = True
-    return mask
+    return pyg_index_to_mask(index, num_nodes)

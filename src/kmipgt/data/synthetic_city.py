@@ -27,6 +27,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components, minimum_spanning_tree
 from scipy.spatial import Delaunay, Voronoi
 from torch_geometric.data import Data
+from torch_geometric.utils import scatter, to_undirected
 
 from kmipgt.data.road_graph import road_network_data
 from kmipgt.data.road_simplify import contract_degree2_chains, simple_edges
@@ -216,13 +217,11 @@ def synthetic_city(
     lengths, highway = lengths[order], highway[order]
 
     edge_features = torch.from_numpy(_edge_features(rng, lengths, highway))
-    # The edges are simple, so both directions sorted by (source, target) is already PyG's coalesced form.
-    edge_index = torch.from_numpy(np.concatenate([edges, edges[::-1]], axis=1))
-    sort = torch.argsort(edge_index[0] * num_nodes + edge_index[1])
-    sym_index = edge_index[:, sort]
-    directed_features = torch.cat([edge_features, edge_features])[sort]
-    x = torch.cat([_node_features(rng, pos, sym_index, side), _incident_mean(directed_features, sym_index,
-                                                                             num_nodes)], dim=1)
+    # The edges are simple, so no two directed edges are merged: each keeps its road's features.
+    sym_index, directed_features = to_undirected(torch.from_numpy(edges), edge_features, num_nodes)
+    # City-Networks augmentation: mean of the road features over the edges ending at the node
+    incident_mean = scatter(directed_features, sym_index[1], dim=0, dim_size=num_nodes, reduce="mean")
+    x = torch.cat([_node_features(rng, pos, sym_index, side), incident_mean], dim=1)
     return road_network_data(
         x.float(), sym_index, directed_features[:, 0], hops=hops, num_classes=num_classes, labels=labels,
         num_workers=num_workers, use_cache=use_cache, progress=progress, pos=torch.from_numpy(pos),
@@ -244,11 +243,3 @@ def _node_features(rng: np.random.Generator, pos: np.ndarray, edge_index: torch.
     zones = rng.uniform(0, side, size=(9, 2))
     zone = np.argmin(((pos[:, None, :] - zones[None]) ** 2).sum(-1), axis=1)
     return torch.from_numpy(np.concatenate([pos, street_count[:, None], np.eye(9)[zone]], axis=1))
-
-
-def _incident_mean(edge_features: torch.Tensor, edge_index: torch.Tensor, num_nodes: int) -> torch.Tensor:
-    """City-Networks augmentation: mean of edge features over edges with ``edge_index[1]`` = node."""
-    total = torch.zeros(num_nodes, edge_features.size(1), dtype=edge_features.dtype)
-    total.index_add_(0, edge_index[1], edge_features)
-    count = torch.bincount(edge_index[1], minlength=num_nodes).clamp(min=1)
-    return total / count[:, None]

@@ -16,7 +16,7 @@ import yaml
 class DataConfig:
     """Which dataset and how to prepare it.
 
-    ``name`` picks a loader in :mod:`kmipgt.data` (see :data:`kmipgt.train.datasets.LOADERS`);
+    ``name`` picks a dataset registered in :mod:`kmipgt.data` (see :func:`kmipgt.data.list_datasets`);
     ``options`` are passed to it as keyword arguments (e.g. ``root``, ``num_nodes``, ``seed``).
     ``val_edges``/``test_edges``: shares of edges held out for edge-level (link) tasks.
     """
@@ -145,57 +145,53 @@ class Config:
     out_dir: str = "runs/default"
 
 
-def _coerce(value: Any, annotation: Any, name: str) -> Any:
-    """Check ``value`` against a field annotation (int -> float allowed) and convert nested dataclasses."""
+def _checked(value: Any, annotation: Any, key: str) -> Any:
+    """``value`` for config key ``key``: a section built from its mapping, or a value of the key's type."""
     if dataclasses.is_dataclass(annotation):
-        return _from_dict(annotation, value, f"{name}.")
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        options = typing.get_args(annotation)
-        if value is None and type(None) in options:
-            return None
-        return _coerce(value, next(a for a in options if a is not type(None)), name)
-    if annotation is typing.Any:
-        return value
-    expected = origin or annotation
-    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        return _build(annotation, value, key)
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    options = typing.get_args(annotation) if union else (annotation,)
+    allowed = tuple(typing.get_origin(a) or a for a in options)  # list[int] | None -> (list, NoneType)
+    if float in allowed and type(value) is int:  # YAML reads ``lr: 1`` as an int
         return float(value)
-    if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
-        raise TypeError(f"config key {name!r} expects {annotation}, got {value!r}")
+    # bool is a subclass of int, but ``k: true`` is a mistake rather than k = 1
+    if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+        raise TypeError(f"config key {key!r} expects {annotation}, got {value!r}")
     return value
 
 
-def _from_dict(cls: type, values: Any, prefix: str = "") -> Any:
+def _build(cls: type, values: Any, section: str = "") -> Any:
+    """An instance of the dataclass ``cls`` from a mapping that may leave keys out but adds none."""
+    where = section or "<root>"
     if not isinstance(values, dict):
-        raise TypeError(
-            f"config section {prefix.rstrip('.') or '<root>'!r} must be a mapping, got {values!r}"
-        )
+        raise TypeError(f"config section {where!r} must be a mapping, got {values!r}")
     fields = typing.get_type_hints(cls)
     unknown = sorted(set(values) - set(fields))
     if unknown:
-        raise ValueError(
-            f"unknown config keys in {prefix.rstrip('.') or '<root>'!r}: {unknown}; known: {sorted(fields)}"
-        )
-    kwargs = {key: _coerce(value, fields[key], f"{prefix}{key}") for key, value in values.items()}
-    return cls(**kwargs)
+        raise ValueError(f"unknown config keys in {where!r}: {unknown}; known: {sorted(fields)}")
+    prefix = f"{section}." if section else ""
+    return cls(**{key: _checked(value, fields[key], prefix + key) for key, value in values.items()})
 
 
-def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
-    *parents, leaf = dotted.split(".")
-    node = tree
-    for part in parents:
-        node = node.setdefault(part, {})
-        if not isinstance(node, dict):
-            raise ValueError(f"override {dotted!r}: {part!r} is not a section")
-    node[leaf] = value
+def _read_yaml(stream: Any, source: str) -> Any:
+    """Parse YAML text or a file; a syntax error becomes a ValueError naming ``source``."""
+    try:
+        return yaml.safe_load(stream)
+    except yaml.YAMLError as error:
+        raise ValueError(f"{source} is not valid YAML: {' '.join(str(error).split())}") from error
 
 
-def parse_override(text: str) -> tuple[str, Any]:
-    """``"model.k=32"`` -> ``("model.k", 32)``; the value is read as YAML (numbers, lists, null, ...)."""
+def _override(tree: dict, text: str) -> None:
+    """Apply ``"model.k=32"`` to a config tree; the value is read as YAML (numbers, lists, null, ...)."""
     key, sep, raw = text.partition("=")
-    if not sep or not key:
+    if not sep or not key.strip():
         raise ValueError(f"override must look like key.sub=value, got {text!r}")
-    return key.strip(), yaml.safe_load(raw)
+    *sections, leaf = key.strip().split(".")
+    for part in sections:
+        tree = tree.setdefault(part, {})
+        if not isinstance(tree, dict):
+            raise ValueError(f"override {text!r}: {part!r} is not a section")
+    tree[leaf] = _read_yaml(raw, f"override {text!r}")
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
@@ -206,14 +202,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     tree: dict = {}
     if path is not None:
         with open(path) as f:
-            try:
-                tree = yaml.safe_load(f) or {}
-            except yaml.YAMLError as error:
-                problem = " ".join(str(error).split())
-                raise ValueError(f"{path} is not valid YAML: {problem}") from error
+            tree = _read_yaml(f, str(path)) or {}
     for text in overrides:
-        _set_dotted(tree, *parse_override(text))
-    return _from_dict(Config, tree)
+        _override(tree, text)
+    return _build(Config, tree)
 
 
 def config_to_dict(config: Config) -> dict:
@@ -221,19 +213,20 @@ def config_to_dict(config: Config) -> dict:
     return dataclasses.asdict(config)
 
 
-def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+def _dotted(tree: dict) -> dict[str, Any]:
+    """Every key of a :func:`config_to_dict` tree, defaults filled in, by dotted name (``model.k``).
+
+    Option mappings (``data.options``, ``model.*_options``) stay whole values: they are a loader's or a
+    model's keyword arguments, not config keys.
+    """
     flat = {}
-    for key, value in tree.items():
-        if isinstance(value, dict) and value and key != "options" and not key.endswith("_options"):
-            flat.update(_flatten(value, f"{prefix}{key}."))
+    for key, value in vars(_build(Config, tree)).items():
+        if dataclasses.is_dataclass(value):
+            flat.update({f"{key}.{sub}": sub_value for sub, sub_value in vars(value).items()})
         else:
-            flat[f"{prefix}{key}"] = value
+            flat[key] = value
+    flat["out_dir"] = Path(flat["out_dir"]).resolve()  # runs/x and ./runs/x/ are the same run
     return flat
-
-
-def _with_defaults(tree: dict) -> dict:
-    """A :func:`config_to_dict` tree with every key it lacks set to its default."""
-    return config_to_dict(_from_dict(Config, tree))
 
 
 def config_differences(saved: dict, current: dict) -> list[str]:
@@ -243,10 +236,5 @@ def config_differences(saved: dict, current: dict) -> list[str]:
     ``saved`` lacks (it was written before they existed) count as their defaults, which reproduce what
     the run did then.
     """
-    saved, current = _flatten(_with_defaults(saved)), _flatten(current)
-    for flat in (saved, current):
-        if flat.get("out_dir") is not None:
-            flat["out_dir"] = Path(flat["out_dir"]).resolve()
-    return sorted(
-        key for key in saved.keys() | current.keys() if saved.get(key, ...) != current.get(key, ...)
-    )
+    saved, current = _dotted(saved), _dotted(current)
+    return sorted(key for key in saved if saved[key] != current[key])

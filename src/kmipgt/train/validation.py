@@ -11,11 +11,11 @@ import math
 
 import torch
 
+from kmipgt.data import list_datasets
 from kmipgt.nn.attention import ATTENTION_KINDS
 from kmipgt.nn.gps_layer import LOCAL_KINDS, NORM_KINDS
 from kmipgt.nn.model import ATTENTION_QK, POOLINGS, TASKS
 from kmipgt.train.config import Config
-from kmipgt.train.datasets import LOADERS
 from kmipgt.train.loop import PRECISIONS
 from kmipgt.train.metrics import METRICS
 from kmipgt.train.models import MODEL_BUILDERS
@@ -49,7 +49,7 @@ def _one_of(name: str, value: str, allowed: tuple[str, ...] | list[str]) -> None
 
 def _check_data(config: Config) -> None:
     d = config.data
-    _one_of("data.name", d.name, list(LOADERS))
+    _one_of("data.name", d.name, list_datasets())
     for key in ("lappe_dim", "rwse_dim"):
         _at_least(f"data.{key}", getattr(d, key), 0)
     _at_least("data.batch_size", d.batch_size, 1)

@@ -30,9 +30,10 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from kmipgt.cache_dir import cache_dir
+
 __all__ = [
     "FUSED_DTYPES",
-    "fused_cache_dir",
     "fused_library",
     "group_probes",
     "probe_topk_fused",
@@ -46,14 +47,6 @@ _FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
 FUSED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # Queries per thread task of the exact search: enough to amortise a key tile, small enough to balance.
 _QUERY_BLOCK = 96
-
-
-def fused_cache_dir() -> Path:
-    """Where the compiled kernel is cached: ``$KMIPGT_CACHE_DIR`` or ``~/.cache/kmipgt``."""
-    root = os.environ.get("KMIPGT_CACHE_DIR")
-    if root:
-        return Path(root)
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kmipgt"
 
 
 def _cpu_signature() -> str:
@@ -102,7 +95,7 @@ def fused_library() -> ctypes.CDLL | None:
             [_SOURCE.read_bytes(), " ".join(_FLAGS).encode(), compiler.encode(), _cpu_signature().encode()]
         )
     ).hexdigest()[:16]
-    target = fused_cache_dir() / f"fused_topk-{digest}.so"
+    target = cache_dir() / f"fused_topk-{digest}.so"
     try:
         if not target.exists():
             _build(compiler, target)

