@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import logging
+import os
 import sys
 import traceback
 from pathlib import Path
 
+from kmipgt.logs import configure_logging
 from kmipgt.malloc import retain_freed_memory
 
 # Exit status of a bad command line, option, config or input file; anything else that fails exits 1.
@@ -340,11 +343,9 @@ def _add_data(commands: argparse._SubParsersAction) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    import json
-
     from kmipgt.train import load_config, train
 
-    config = load_config(args.config, args.overrides)
+    config = load_config(args.config, [*args.overrides, *(["tensorboard=true"] if args.tensorboard else [])])
     metrics = train(
         config,
         resume=args.resume,
@@ -406,6 +407,11 @@ def _add_train_eval(commands: argparse._SubParsersAction) -> None:
         help="after training, save the first attention layer's query/key tokens to tokens.pt",
     )
     train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    train.add_argument(
+        "--tensorboard",
+        action="store_true",
+        help="also write scalars to out_dir/tensorboard (extra: tensorboard)",
+    )
     train.set_defaults(handler=_train)
     evaluate = commands.add_parser("eval", help="evaluate a trained run on every split")
     evaluate.add_argument("run_dir", type=Path, help="run directory written by kmipgt train")
@@ -651,6 +657,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="kmipgt", description=__doc__)
     parser.add_argument("--version", action="version", version=f"kmipgt {__version__}")
     parser.add_argument("--debug", action="store_true", help="print the traceback of an error")
+    verbosity = parser.add_mutually_exclusive_group()
+    verbosity.add_argument(
+        "-q", "--quiet", action="store_true", help="only warnings and errors (no progress bars)"
+    )
+    verbosity.add_argument("-v", "--verbose", action="store_true", help="also debug lines (one per epoch)")
     commands = parser.add_subparsers(dest="command", required=True)
     bench = commands.add_parser("bench", help="benchmarks (JSON + PNG)").add_subparsers(
         dest="benchmark", required=True
@@ -670,9 +681,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the command; an error prints ``kmipgt: error: <one line>`` and returns 2 (input) or 1 (runtime)."""
     args = build_parser().parse_args(argv)
+    configure_logging(logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO)
     retain_freed_memory()
     try:
         return args.handler(args)
+    except BrokenPipeError:
+        # The reader went away (``kmipgt configs | head``): not an error; silence the flush at exit.
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+        return 0
     except Exception as error:
         if args.debug:
             traceback.print_exc()

@@ -54,6 +54,16 @@ def test_a_run_directory_is_never_overwritten_silently(tmp_path, capsys):
     assert yaml.safe_load((out / "config.yaml").read_text())["model"]["k"] == 2
 
 
+def test_overwrite_also_removes_branch_plots_and_tensorboard_scalars(tmp_path):
+    out = tmp_path / "run"
+    assert _train(out) == 0
+    (out / "branches.png").write_bytes(b"old")
+    (out / "tensorboard").mkdir()
+    (out / "tensorboard" / "events.out.tfevents.old").write_bytes(b"old")
+    assert _train(out, "--overwrite") == 0
+    assert not (out / "branches.png").exists() and not (out / "tensorboard").exists()
+
+
 def test_resume_compares_resolved_out_dirs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert _train("runs/x", "--stop-after", "1") == 0

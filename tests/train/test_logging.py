@@ -113,3 +113,21 @@ def test_tensorboard_without_the_package_names_the_extra(tmp_path, capsys, monke
     assert main(argv) == 2
     assert "pip install 'kmipgt[tensorboard]'" in capsys.readouterr().err
     assert not out.exists()  # refused before the run touched the disk
+
+
+def test_tensorboard_flag_sets_the_config_key(tmp_path, capsys, monkeypatch):
+    find_spec = importlib.util.find_spec
+    missing = lambda name, *args: None if name == "tensorboard" else find_spec(name, *args)  # noqa: E731
+    monkeypatch.setattr(importlib.util, "find_spec", missing)
+    assert main(["train", "--tensorboard", "--no-progress", "--set", f"out_dir={tmp_path / 'run'}"]) == 2
+    assert "pip install 'kmipgt[tensorboard]'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("flag", "bar", "epoch_lines"), [("--quiet", False, 0), ("--verbose", True, 1)])
+def test_quiet_and_verbose_flags_set_the_level(tmp_path, capsys, flag, bar, epoch_lines):
+    overrides = [f"out_dir={tmp_path}", "model.kind=gcn", "optim.epochs=1", "model.channels=8",
+                 "model.num_layers=1", "device=cpu"]
+    assert main([flag, "train", *(arg for key in overrides for arg in ("--set", key))]) == 0
+    err = capsys.readouterr().err
+    assert ("train minnesota" in err) == bar
+    assert sum(line.startswith("epoch 1/1") for line in err.splitlines()) == epoch_lines

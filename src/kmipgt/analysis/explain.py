@@ -23,6 +23,7 @@ from torch_geometric.data import Data
 from tqdm import tqdm
 
 from kmipgt.analysis.hops import HOP_CAP, hop_distances, undirected_adjacency
+from kmipgt.logs import quiet
 from kmipgt.nn import FullAttention, GraphTransformer, KMIPAttention
 from kmipgt.ops import AttentionSelection
 
@@ -354,7 +355,8 @@ def explain(
     chunks = _chunks(split_nodes)
     entries: dict[tuple[int, int], dict[str, Any]] = {}
     used_k = [k]
-    bar = tqdm(total=len(layers) * len(chunks), desc="explain", disable=not progress, file=sys.stderr)
+    show = progress and not quiet()
+    bar = tqdm(total=len(layers) * len(chunks), desc="explain", disable=not show, file=sys.stderr)
 
     def consume(number: int, selection: AttentionSelection) -> None:
         if number not in layers:

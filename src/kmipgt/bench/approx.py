@@ -34,6 +34,7 @@ from tqdm import tqdm
 from kmipgt.analysis.tokens import LayerTokens, collect_tokens, kmip_layers
 from kmipgt.analysis.tokens import save_tokens as save_token_file
 from kmipgt.bench import common
+from kmipgt.logs import quiet
 from kmipgt.nn import FullAttention
 from kmipgt.ops import topk_inner_product
 
@@ -192,7 +193,7 @@ def full_attention_swap(model: torch.nn.Module) -> Iterator[None]:
 
 def _token_records(tokens: list[LayerTokens], ks: list[int], progress: bool) -> list[dict[str, Any]]:
     records = []
-    for entry in tqdm(tokens, desc="bench approx: layers", disable=not progress, file=sys.stderr):
+    for entry in tqdm(tokens, desc="bench approx: layers", disable=not progress or quiet(), file=sys.stderr):
         curves = approximation_curves(entry.query, entry.key, entry.value, ks, backend=entry.backend)
         for head in range(entry.query.shape[1]):
             for row, k in enumerate(ks):
@@ -214,7 +215,7 @@ def _metric_records(
     model: torch.nn.Module, evaluate: Callable[[], dict[str, float]], ks: list[int], progress: bool
 ) -> tuple[list[dict[str, Any]], dict[str, float]]:
     rows = []
-    for k in tqdm(ks, desc="bench approx: inference k", disable=not progress, file=sys.stderr):
+    for k in tqdm(ks, desc="bench approx: inference k", disable=not progress or quiet(), file=sys.stderr):
         with inference_k(model, k):
             rows.append({"k": k, **evaluate()})
     with full_attention_swap(model):

@@ -28,7 +28,7 @@ class AttentionBenchConfig(common.PointBenchConfig):
     """What to measure. ``n_values`` are nodes per graph; each point holds ``graphs`` such graphs."""
 
     methods: list[str] = field(default_factory=lambda: list(METHODS))
-    backends: list[str] = field(default_factory=lambda: ["torch"])
+    backends: list[str] = field(default_factory=lambda: ["auto"])
     passes: list[str] = field(default_factory=lambda: list(PASSES))
     graphs: int = 1
     heads: int = 1

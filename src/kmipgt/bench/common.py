@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from kmipgt.bench.isolation import run_isolated
 from kmipgt.bench.plotting import plot_scaling
+from kmipgt.logs import quiet
 
 __all__ = [
     "MEMORY_PANEL",
@@ -136,7 +137,7 @@ def run_points(
     """
     records: list[dict] = []
     previous: dict[tuple, dict] = {}
-    for spec, n in tqdm(todo, desc=desc, unit="point"):
+    for spec, n in tqdm(todo, desc=desc, unit="point", disable=quiet()):
         params = {**shared, **spec, "n": n}
         record = {**spec, "n": n}
         series = tuple(spec.items())

@@ -9,6 +9,8 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
+__all__ = ["config_path", "list_configs"]
+
 _SUFFIX = ".yaml"
 
 

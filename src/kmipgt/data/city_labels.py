@@ -26,6 +26,7 @@ from scipy.sparse.csgraph import dijkstra
 from tqdm.auto import tqdm
 
 from kmipgt.data import ball_kernel, cache
+from kmipgt.logs import quiet
 
 # Graphs below this size are labelled in-process: starting workers costs more than it saves.
 _MIN_NODES_FOR_WORKERS = 4096
@@ -174,7 +175,8 @@ def ball_eccentricity(
     solver = _chunk_solver(indptr, indices, data, hops, _resolve_backend(backend))
     # Small chunks keep the bar moving and balance load (ball sizes vary a lot across a city).
     chunks = np.array_split(nodes, max(1, nodes.size // 512))
-    bar = tqdm(total=nodes.size, desc=f"{hops}-hop eccentricity", unit="node", disable=not progress)
+    show = progress and not quiet()
+    bar = tqdm(total=nodes.size, desc=f"{hops}-hop eccentricity", unit="node", disable=not show)
     results = []
     if workers == 1 or nodes.size < _MIN_NODES_FOR_WORKERS:
         for chunk in chunks:

@@ -30,6 +30,7 @@ from torch_geometric.datasets import LRGBDataset
 from tqdm.auto import tqdm
 
 from kmipgt.data import cache
+from kmipgt.logs import quiet
 
 LRGB_NAMES = {name.lower(): name for name in ("Peptides-func", "Peptides-struct", "PascalVOC-SP", "COCO-SP",
                                                "PCQM-Contact")}
@@ -111,7 +112,7 @@ def convert_original_peptides(
     with open(split_path, "rb") as handle:
         split_index = pickle.load(handle)
     graphs = []
-    for row in tqdm(rows, desc=f"{key}: SMILES to graphs", unit="graph"):
+    for row in tqdm(rows, desc=f"{key}: SMILES to graphs", unit="graph", disable=quiet()):
         graph = smiles2graph(row["smiles"])
         graphs.append((
             torch.from_numpy(graph["node_feat"]).long(), torch.from_numpy(graph["edge_feat"]).long(),

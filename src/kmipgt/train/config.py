@@ -11,6 +11,8 @@ from typing import Any
 
 import yaml
 
+from kmipgt.configs import config_path
+
 
 @dataclass
 class DataConfig:
@@ -197,10 +199,13 @@ def _override(tree: dict, text: str) -> None:
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """Read a YAML config (or start from defaults) and apply ``key.sub=value`` overrides.
 
-    Unknown keys and values of the wrong type raise, so a typo never silently keeps a default.
+    ``path``: a YAML file, or the name of a config shipped with kmipgt (``"minnesota"``; see
+    :mod:`kmipgt.configs`). Unknown keys and values of the wrong type raise, so a typo never silently
+    keeps a default.
     """
     tree: dict = {}
     if path is not None:
+        path = config_path(path)
         with open(path) as f:
             tree = _read_yaml(f, str(path)) or {}
     for text in overrides:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import torch
@@ -15,7 +16,10 @@ from kmipgt.train.validation import validate_config
 __all__ = ["RUN_FILES", "RunDirError", "prepare_run"]
 
 # Everything `kmipgt train` writes into out_dir (Trainer's docstring lists them).
-RUN_FILES = ("config.yaml", "last.pt", "best.pt", "log.csv", "curves.png", "metrics.json", "tokens.pt")
+RUN_FILES = (
+    "config.yaml", "last.pt", "best.pt", "log.csv", "curves.png", "branches.png", "metrics.json", "tokens.pt",
+    "tensorboard",
+)
 
 
 class RunDirError(ValueError):
@@ -64,7 +68,8 @@ def prepare_run(config: Config, *, resume: bool = False, overwrite: bool = False
                 "or --resume to continue it"
             )
         for name in present:
-            (run_dir / name).unlink()
+            path = run_dir / name
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
         threads = config.threads if config.threads is not None else torch.get_num_threads()
     # Left by a run killed while writing; their targets are intact.
     for stale in run_dir.glob(f".*{TEMP_SUFFIX}"):
