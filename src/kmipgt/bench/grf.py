@@ -62,6 +62,10 @@ class GRFBenchConfig:
     time_budget: float = 600.0
     seed: int = 0
 
+    def walk_options(self) -> dict:
+        """The walk options shared by the sampler and the GRF layer."""
+        return dict(num_walks=self.num_walks, p_halt=self.p_halt, max_len=self.max_len, seed=self.seed)
+
     def sizes(self) -> list[int]:
         if self.n_min < 4 or self.n_max < self.n_min:
             raise ValueError(f"need 4 <= n_min <= n_max, got n_min={self.n_min}, n_max={self.n_max}")
@@ -136,15 +140,7 @@ def _runner(method: str, num_nodes: int, config: GRFBenchConfig, edge_index, q, 
         return lambda: linear_attention(q, k, v, feature_map=fmap)
     channels = config.heads * config.head_channels
     if method in ("grf_layer", "linear_layer"):
-        module = GRFAttention(
-            channels,
-            config.heads,
-            num_walks=config.num_walks,
-            p_halt=config.p_halt,
-            max_len=config.max_len,
-            feature_map=fmap,
-            seed=config.seed,
-        )
+        module = GRFAttention(channels, config.heads, feature_map=fmap, **config.walk_options())
         if method == "linear_layer":  # the same projections around unmasked linear attention
 
             def linear_layer():
@@ -157,14 +153,7 @@ def _runner(method: str, num_nodes: int, config: GRFBenchConfig, edge_index, q, 
         record["first_call_seconds"] = time.perf_counter() - start
         return lambda: module(x, edge_index=edge_index)
     start = time.perf_counter()
-    walks = sample_walks(
-        edge_index,
-        num_nodes,
-        num_walks=config.num_walks,
-        p_halt=config.p_halt,
-        max_len=config.max_len,
-        seed=config.seed,
-    )
+    walks = sample_walks(edge_index, num_nodes, **config.walk_options())
     record["walk_seconds"] = time.perf_counter() - start
     record["nnz"] = walks.nnz
     f = torch.exp(-0.5 * torch.arange(config.max_len + 1.0)).expand(config.heads, -1).contiguous()

@@ -81,16 +81,8 @@ def road_network_data(
     return data
 
 
-def add_city_labels(
-    data: Data,
-    hops: int = 16,
-    num_classes: int = 10,
-    *,
-    num_workers: int | None = None,
-    backend: str = "auto",
-    use_cache: bool = True,
-    progress: bool = True,
-) -> Data:
+def add_city_labels(data: Data, hops: int = 16, num_classes: int = 10, *, num_workers: int | None = None,
+                    backend: str = "auto", use_cache: bool = True, progress: bool = True) -> Data:
     """Add ``eccentricity``, ``y`` (:func:`eccentricity_labels` on ``data.edge_length``) and the seed-0
     10/10/80 ``train_mask``/``val_mask``/``test_mask`` to a road-network ``Data``, in place."""
     data.eccentricity, data.y = eccentricity_labels(

@@ -108,19 +108,21 @@ def _normalise(out: Tensor, eps: float) -> Tensor:
     return (out[..., :-1] / (out[..., -1:] + eps)).transpose(0, 1)
 
 
+def _normalise_with_global(
+    out: Tensor, global_weight: float, phi_q: Tensor, phi_k: Tensor, value1: Tensor, graph: Tensor | None,
+    outer: Tensor | None, eps: float,
+) -> Tensor:
+    """:func:`_normalise` of the masked sums ``out`` plus ``global_weight ·`` :func:`_global_term` (``graph``
+    is needed only when ``global_weight > 0``)."""
+    if global_weight > 0:
+        out = out + global_weight * _global_term(phi_q, phi_k, value1, graph, outer)
+    return _normalise(out, eps)
+
+
 def masked_linear_attention(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    features: Tensor,
-    *,
-    feature_map: str = "relu",
-    projection: Tensor | None = None,
-    global_weight: float = 0.0,
-    ptr: Tensor | None = None,
-    batch: Tensor | None = None,
-    eps: float = 1e-6,
-    mask_pattern: GRFMaskPattern | None = None,
+    query: Tensor, key: Tensor, value: Tensor, features: Tensor, *, feature_map: str = "relu",
+    projection: Tensor | None = None, global_weight: float = 0.0, ptr: Tensor | None = None,
+    batch: Tensor | None = None, eps: float = 1e-6, mask_pattern: GRFMaskPattern | None = None,
 ) -> Tensor:
     """GRF-masked linear attention, symmetric form, in O(nnz(Φ̂) · m · d_v).
 
@@ -171,22 +173,13 @@ def masked_linear_attention(
     inner = sparse_dense_matmul(indices, values, flat, transpose=True)
     mixed = sparse_dense_matmul(indices, values, inner).view(heads * n, m, e)
     out = torch.bmm(phi_q.reshape(heads * n, 1, m), mixed).view(heads, n, e)
-    if global_weight > 0:
-        graph = _graph_index(n, ptr, batch, query.device)
-        out = out + global_weight * _global_term(phi_q, phi_k, value1, graph, outer)
-    return _normalise(out, eps)
+    graph = _graph_index(n, ptr, batch, query.device) if global_weight > 0 else None
+    return _normalise_with_global(out, global_weight, phi_q, phi_k, value1, graph, outer, eps)
 
 
 def linear_attention(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    *,
-    feature_map: str = "relu",
-    projection: Tensor | None = None,
-    ptr: Tensor | None = None,
-    batch: Tensor | None = None,
-    eps: float = 1e-6,
+    query: Tensor, key: Tensor, value: Tensor, *, feature_map: str = "relu", projection: Tensor | None = None,
+    ptr: Tensor | None = None, batch: Tensor | None = None, eps: float = 1e-6,
 ) -> Tensor:
     """Unmasked linear attention within each graph: ``φ(q_i)ᵀ Σ_j φ(k_j)v_jᵀ / φ(q_i)ᵀ Σ_j φ(k_j)``.
 
@@ -241,24 +234,13 @@ def _edge_list_attention(
     phi_k = _head_major(apply_feature_map(key, score, projection=projection, is_query=False, graph=graph))
     kernel = sampled_dot(indices, phi_q.view(heads * n, -1), phi_k.view(heads * n, -1))
     out = sparse_dense_matmul(indices, kernel * weights, flat_value1).view(heads, n, -1)
-    if global_weight > 0:
-        out = out + global_weight * _global_term(phi_q, phi_k, value1, graph, None)
-    return _normalise(out, eps)
+    return _normalise_with_global(out, global_weight, phi_q, phi_k, value1, graph, None, eps)
 
 
 def asymmetric_masked_attention(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    features: Tensor,
-    *,
-    score: str = "softmax",
-    projection: Tensor | None = None,
-    scale: float | None = None,
-    global_weight: float = 0.0,
-    ptr: Tensor | None = None,
-    batch: Tensor | None = None,
-    eps: float = 1e-6,
+    query: Tensor, key: Tensor, value: Tensor, features: Tensor, *, score: str = "softmax",
+    projection: Tensor | None = None, scale: float | None = None, global_weight: float = 0.0,
+    ptr: Tensor | None = None, batch: Tensor | None = None, eps: float = 1e-6,
 ) -> Tensor:
     """GRF-masked attention, asymmetric edge-list form: ``M̂_ij = Φ̂_ij`` (keys take ``f = δ_0``).
 

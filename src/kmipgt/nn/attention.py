@@ -18,6 +18,8 @@ with ``qk_channels`` set to its size.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import Tensor
 
@@ -62,6 +64,8 @@ class ProjectedAttention(torch.nn.Module):
     """
 
     attn_type: str
+    # Set by kinds whose core has no half-precision kernels: they run in float32, outside autocast.
+    float32_only: bool = False
     dropout = _core_attribute("dropout")
 
     def __init__(
@@ -149,9 +153,14 @@ class ProjectedAttention(torch.nn.Module):
         """``x [N, channels]``, ``edge_index [2, E]``, sorted ``batch [N]``, ``qk_x [N, qk_channels]``
         -> ``[N, channels]``."""
         self._check_input(x, batch, qk_x)
-        query, key, value = self.query_key_value(x, qk_x)
-        out = self.core(query, key, value, edge_index, batch)
-        return self.lin_out(out.reshape(x.size(0), self.heads * self.head_dim))
+        precision = contextlib.nullcontext()
+        if self.float32_only:
+            x, qk_x = x.float(), None if qk_x is None else qk_x.float()
+            precision = torch.autocast(x.device.type, enabled=False)
+        with precision:
+            query, key, value = self.query_key_value(x, qk_x)
+            out = self.core(query, key, value, edge_index, batch)
+            return self.lin_out(out.reshape(x.size(0), self.heads * self.head_dim))
 
     def __repr__(self) -> str:
         options = ", ".join(
@@ -238,16 +247,7 @@ class GRFAttention(ProjectedAttention):
     """
 
     attn_type = "grf"
-
-    def forward(
-        self,
-        x: Tensor,
-        edge_index: Tensor | None = None,
-        batch: Tensor | None = None,
-        qk_x: Tensor | None = None,
-    ) -> Tensor:
-        with torch.autocast(x.device.type, enabled=False):
-            return super().forward(x.float(), edge_index, batch, None if qk_x is None else qk_x.float())
+    float32_only = True
 
 
 ATTENTION_TYPES: dict[str, type[ProjectedAttention]] = {

@@ -9,7 +9,7 @@ from torch import Tensor
 from torch_geometric.nn.models import GAT, GCN, MLP, GraphSAGE, Polynormer, SGFormer
 
 from kmipgt.nn.encoders import NodeEncoder
-from kmipgt.nn.model import MLPHead, check_node_pairs, check_task, readout
+from kmipgt.nn.model import MLPHead, _ReadoutModel, check_node_pairs
 
 BASELINE_KINDS = ("mlp", "gcn", "sage", "gat", "sgformer", "polynormer")
 _BASIC_GNNS = {"gcn": GCN, "sage": GraphSAGE, "gat": GAT}
@@ -101,7 +101,7 @@ def _build_body(
     return body
 
 
-class BaselineModel(torch.nn.Module):
+class BaselineModel(_ReadoutModel):
     r"""A PyG baseline with the inputs and outputs of :class:`~kmipgt.nn.GraphTransformer`.
 
     :class:`~kmipgt.nn.encoders.NodeEncoder` (raw features, Fourier features of coordinates, LapPE, RWSE)
@@ -142,29 +142,15 @@ class BaselineModel(torch.nn.Module):
     """
 
     def __init__(
-        self,
-        kind: str,
-        in_channels: int,
-        channels: int,
-        out_channels: int,
-        num_layers: int = 4,
-        task: str = "node",
-        dropout: float = 0.0,
-        norm: str = "layer",
-        activation: str = "gelu",
-        residual: bool = False,
-        pooling: str = "mean",
-        head_layers: int = 2,
-        coord_columns: list[int] | tuple[int, ...] = (),
-        num_frequencies: int = 0,
-        lappe_dim: int = 0,
-        rwse_dim: int = 0,
-        options: dict[str, Any] | None = None,
+        self, kind: str, in_channels: int, channels: int, out_channels: int, num_layers: int = 4,
+        task: str = "node", dropout: float = 0.0, norm: str = "layer", activation: str = "gelu",
+        residual: bool = False, pooling: str = "mean", head_layers: int = 2,
+        coord_columns: list[int] | tuple[int, ...] = (), num_frequencies: int = 0, lappe_dim: int = 0,
+        rwse_dim: int = 0, options: dict[str, Any] | None = None,
     ):
-        super().__init__()
         if kind not in BASELINE_KINDS:
             raise ValueError(f"baseline kind must be one of {BASELINE_KINDS}, got {kind!r}")
-        check_task(task, pooling)
+        super().__init__(task, pooling)
         if num_layers < 1:
             raise ValueError(f"num_layers must be >= 1 for the {kind!r} baseline, got {num_layers}")
         if task == "graph" and kind in _ONE_GRAPH_KINDS:
@@ -175,7 +161,7 @@ class BaselineModel(torch.nn.Module):
             )
         if residual and kind not in _BASIC_GNNS:
             raise ValueError(f"residual is available for {tuple(_BASIC_GNNS)}, not for {kind!r}")
-        self.kind, self.task, self.pooling = kind, task, pooling
+        self.kind = kind
         self.in_channels, self.channels, self.out_channels = in_channels, channels, out_channels
         self.num_layers = num_layers
         self.node_encoder = NodeEncoder(
@@ -198,14 +184,13 @@ class BaselineModel(torch.nn.Module):
             module.reset_parameters()
 
     def embed(
-        self,
-        x: Tensor,
-        edge_index: Tensor,
-        batch: Tensor | None = None,
-        lappe: Tensor | None = None,
-        rwse: Tensor | None = None,
+        self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None, lappe: Tensor | None = None,
+        rwse: Tensor | None = None, *, edge_attr: Tensor | None = None,
     ) -> Tensor:
-        """Node embeddings ``[N, channels]`` after the PyG model."""
+        """Node embeddings ``[N, channels]`` after the PyG model.
+
+        ``edge_attr`` is accepted for the signature of :class:`~kmipgt.nn.GraphTransformer` and not used.
+        """
         check_node_pairs("edge_index", edge_index, x.shape[0])
         h = self.node_encoder(x, lappe=lappe, rwse=rwse)
         if self.kind == "mlp":
@@ -217,23 +202,6 @@ class BaselineModel(torch.nn.Module):
         self.body(h, edge_index, h.new_zeros(h.size(0), dtype=torch.long))
         h, self._embedding = self._embedding, None  # drop the reference so the graph can be freed
         return h
-
-    def forward(
-        self,
-        x: Tensor,
-        edge_index: Tensor,
-        batch: Tensor | None = None,
-        edge_attr: Tensor | None = None,
-        lappe: Tensor | None = None,
-        rwse: Tensor | None = None,
-        edge_label_index: Tensor | None = None,
-    ) -> Tensor:
-        """Predictions: ``[N, out]`` (node), ``[G, out]`` (graph) or ``[E', out]`` (edge).
-
-        ``edge_attr`` is accepted for the signature of :class:`~kmipgt.nn.GraphTransformer` and not used.
-        """
-        h = self.embed(x, edge_index, batch, lappe, rwse)
-        return self.head(readout(h, self.task, self.pooling, batch, edge_label_index))
 
     def __repr__(self) -> str:
         return (

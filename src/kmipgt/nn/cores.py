@@ -106,11 +106,7 @@ class KMIPCore(AttentionCore):
         self.k, self.backend, self.search = k, backend, search
 
     def forward(
-        self,
-        query: Tensor,
-        key: Tensor,
-        value: Tensor,
-        edge_index: Tensor | None = None,
+        self, query: Tensor, key: Tensor, value: Tensor, edge_index: Tensor | None = None,
         batch: Tensor | None = None,
     ) -> Tensor:
         out = ops.kmip_attention(
@@ -152,11 +148,7 @@ class FullCore(AttentionCore):
     kept_keys: int = 16
 
     def forward(
-        self,
-        query: Tensor,
-        key: Tensor,
-        value: Tensor,
-        edge_index: Tensor | None = None,
+        self, query: Tensor, key: Tensor, value: Tensor, edge_index: Tensor | None = None,
         batch: Tensor | None = None,
     ) -> Tensor:
         out = ops.full_attention(query, key, value, batch=batch, dropout_p=self._dropout_p())
@@ -203,11 +195,7 @@ class PerformerCore(AttentionCore):
         self.redraw_projection()
 
     def forward(
-        self,
-        query: Tensor,
-        key: Tensor,
-        value: Tensor,
-        edge_index: Tensor | None = None,
+        self, query: Tensor, key: Tensor, value: Tensor, edge_index: Tensor | None = None,
         batch: Tensor | None = None,
     ) -> Tensor:
         out = linear_attention(

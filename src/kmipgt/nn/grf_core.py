@@ -194,11 +194,7 @@ class GRFCore(AttentionCore):
         return products * (width + self.head_dim + 2) < 2 * walks.nnz * width * (self.head_dim + 1)
 
     def forward(
-        self,
-        query: Tensor,
-        key: Tensor,
-        value: Tensor,
-        edge_index: Tensor | None = None,
+        self, query: Tensor, key: Tensor, value: Tensor, edge_index: Tensor | None = None,
         batch: Tensor | None = None,
     ) -> Tensor:
         if edge_index is None:
@@ -206,28 +202,13 @@ class GRFCore(AttentionCore):
         n = query.shape[0]
         ptr = graph_ptr(n, batch=batch) if batch is not None else None
         features = grf_features(self.walks(edge_index, n, ptr), self.f.to(query.dtype))
+        options = {"projection": self.projection, "global_weight": self.global_weight, "ptr": ptr}
         if self.form == "symmetric":
             return masked_linear_attention(
-                query,
-                key,
-                value,
-                features,
-                feature_map=self.feature_map,
-                projection=self.projection,
-                global_weight=self.global_weight,
-                ptr=ptr,
-                mask_pattern=self._cached_pattern,
+                query, key, value, features, feature_map=self.feature_map, mask_pattern=self._cached_pattern,
+                **options,
             )
-        return asymmetric_masked_attention(
-            query,
-            key,
-            value,
-            features,
-            score=self.feature_map,
-            projection=self.projection,
-            global_weight=self.global_weight,
-            ptr=ptr,
-        )
+        return asymmetric_masked_attention(query, key, value, features, score=self.feature_map, **options)
 
     def extra_repr(self) -> str:
         return (

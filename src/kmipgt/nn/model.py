@@ -98,7 +98,27 @@ class MLPHead(torch.nn.Module):
         return self.lin_out(x)
 
 
-class GraphTransformer(torch.nn.Module):
+class _ReadoutModel(torch.nn.Module):
+    """What :class:`GraphTransformer` and the baselines share: the task, and ``forward`` as the subclass's
+    ``embed`` -> :func:`readout` -> ``head``."""
+
+    head: MLPHead
+
+    def __init__(self, task: str, pooling: str):
+        super().__init__()
+        check_task(task, pooling)
+        self.task, self.pooling = task, pooling
+
+    def forward(
+        self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None, edge_attr: Tensor | None = None,
+        lappe: Tensor | None = None, rwse: Tensor | None = None, edge_label_index: Tensor | None = None,
+    ) -> Tensor:
+        """Predictions: ``[N, out]`` (node), ``[G, out]`` (graph) or ``[E', out]`` (edge)."""
+        h = self.embed(x, edge_index, batch, edge_attr=edge_attr, lappe=lappe, rwse=rwse)
+        return self.head(readout(h, self.task, self.pooling, batch, edge_label_index))
+
+
+class GraphTransformer(_ReadoutModel):
     r"""GraphGPS-style graph transformer with any global attention kind (k-MIP by default).
 
     ``NodeEncoder`` / ``EdgeEncoder`` -> ``num_layers`` × :class:`~kmipgt.nn.gps_layer.GPSLayer` -> head:
@@ -179,14 +199,11 @@ class GraphTransformer(torch.nn.Module):
         ffn: bool = True,
         checkpoint: bool = False,
     ):
-        super().__init__()
-        check_task(task, pooling)
+        super().__init__(task, pooling)
         if num_layers < 0:
             raise ValueError(f"num_layers must be >= 0, got {num_layers}")
         if attention_qk not in ATTENTION_QK:
             raise ValueError(f"attention_qk must be one of {ATTENTION_QK}, got {attention_qk!r}")
-        self.task = task
-        self.pooling = pooling
         self.attention_qk = attention_qk
         self.checkpoint = checkpoint
         self.node_encoder = NodeEncoder(
@@ -240,13 +257,8 @@ class GraphTransformer(torch.nn.Module):
                 layer.attention.tie_query_key()
 
     def embed(
-        self,
-        x: Tensor,
-        edge_index: Tensor,
-        batch: Tensor | None = None,
-        edge_attr: Tensor | None = None,
-        lappe: Tensor | None = None,
-        rwse: Tensor | None = None,
+        self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None, edge_attr: Tensor | None = None,
+        lappe: Tensor | None = None, rwse: Tensor | None = None,
     ) -> Tensor:
         """Node embeddings ``[N, channels]`` after the last GPS layer."""
         check_node_pairs("edge_index", edge_index, x.shape[0])
@@ -264,17 +276,3 @@ class GraphTransformer(torch.nn.Module):
             else:
                 h, e = layer(h, edge_index, batch=batch, edge_attr=e, qk_x=qk)
         return h
-
-    def forward(
-        self,
-        x: Tensor,
-        edge_index: Tensor,
-        batch: Tensor | None = None,
-        edge_attr: Tensor | None = None,
-        lappe: Tensor | None = None,
-        rwse: Tensor | None = None,
-        edge_label_index: Tensor | None = None,
-    ) -> Tensor:
-        """Predictions: ``[N, out]`` (node), ``[G, out]`` (graph) or ``[E', out]`` (edge)."""
-        h = self.embed(x, edge_index, batch, edge_attr, lappe, rwse)
-        return self.head(readout(h, self.task, self.pooling, batch, edge_label_index))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple, overload
+from typing import TYPE_CHECKING, Literal, NamedTuple, TypedDict, overload
 
 import torch
 import torch.nn.functional as F
@@ -12,6 +12,9 @@ from kmipgt.ops.ragged import graph_blocks, graph_ptr, node_graph_bounds
 from kmipgt.ops.search.blockwise import MIN_BLOCK_NODES
 from kmipgt.ops.search.checks import check_query_key, require_finite
 from kmipgt.ops.search.dispatch import Backend, topk_inner_product
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["AttentionSelection", "full_attention", "full_attention_topk", "kmip_attention"]
 
@@ -38,6 +41,19 @@ class AttentionSelection(NamedTuple):
     mass: Tensor | None = None
 
 
+class _KMIPOptions(TypedDict, total=False):
+    """The keyword options of :func:`kmip_attention` other than ``return_selection`` (for its overloads)."""
+
+    ptr: Tensor | None
+    batch: Tensor | None
+    scale: float | None
+    dropout_p: float
+    backend: Backend
+    nlist: int | None
+    nprobe: int | None
+    check_finite: bool
+
+
 def _check_value(query: Tensor, value: Tensor) -> None:
     if not isinstance(value, Tensor):
         raise TypeError(f"`value` must be a torch.Tensor, got {type(value).__name__}")
@@ -59,6 +75,22 @@ def _check_scale_dropout(scale: float | None, dropout_p: float) -> None:
         raise TypeError(f"`dropout_p` must be a float, got {type(dropout_p).__name__}")
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"`dropout_p` must lie in [0, 1), got {dropout_p}")
+
+
+def _checked_ptr(
+    query: Tensor, key: Tensor, value: Tensor | None, k: int, ptr: Tensor | None, batch: Tensor | None,
+    scale: float | None, dropout_p: float, check_finite: bool,
+) -> Tensor:
+    """The checks shared by the attention functions (``value`` None: no value); returns the graph offsets."""
+    check_query_key(query, key, k)
+    if value is not None:
+        _check_value(query, value)
+    _check_scale_dropout(scale, dropout_p)
+    ptr = graph_ptr(query.shape[0], ptr=ptr, batch=batch)
+    if check_finite:
+        named = {"query": query, "key": key, "value": value}
+        require_finite(**{name: tensor for name, tensor in named.items() if tensor is not None})
+    return ptr
 
 
 def _accumulate_dtype(tensor: Tensor) -> torch.dtype:
@@ -163,59 +195,27 @@ class _SelectedSoftmaxAttention(torch.autograd.Function):
         return grad_query, grad_key, grad_value, None, None, None
 
 
+# The overloads tell type checkers that ``return_selection=True`` gives ``(output, selection)``; they take the
+# other options through ``_KMIPOptions`` rather than spelling the parameter list out twice more.
 @overload
 def kmip_attention(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    k: int,
-    *,
-    ptr: Tensor | None = None,
-    batch: Tensor | None = None,
-    scale: float | None = None,
-    dropout_p: float = 0.0,
-    backend: Backend = "auto",
-    nlist: int | None = None,
-    nprobe: int | None = None,
-    check_finite: bool = True,
-    return_selection: Literal[False] = False,
+    query: Tensor, key: Tensor, value: Tensor, k: int, *,
+    return_selection: Literal[False] = False, **options: Unpack[_KMIPOptions],
 ) -> Tensor: ...
 
 
 @overload
 def kmip_attention(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    k: int,
-    *,
-    ptr: Tensor | None = None,
-    batch: Tensor | None = None,
-    scale: float | None = None,
-    dropout_p: float = 0.0,
-    backend: Backend = "auto",
-    nlist: int | None = None,
-    nprobe: int | None = None,
-    check_finite: bool = True,
-    return_selection: Literal[True],
+    query: Tensor, key: Tensor, value: Tensor, k: int, *,
+    return_selection: Literal[True], **options: Unpack[_KMIPOptions],
 ) -> tuple[Tensor, AttentionSelection]: ...
 
 
 def kmip_attention(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    k: int,
-    *,
-    ptr: Tensor | None = None,
-    batch: Tensor | None = None,
-    scale: float | None = None,
-    dropout_p: float = 0.0,
-    backend: Backend = "auto",
-    nlist: int | None = None,
-    nprobe: int | None = None,
-    check_finite: bool = True,
-    return_selection: bool = False,
+    query: Tensor, key: Tensor, value: Tensor, k: int, *, ptr: Tensor | None = None,
+    batch: Tensor | None = None, scale: float | None = None, dropout_p: float = 0.0,
+    backend: Backend = "auto", nlist: int | None = None, nprobe: int | None = None,
+    check_finite: bool = True, return_selection: bool = False,
 ) -> Tensor | tuple[Tensor, AttentionSelection]:
     r"""k-MIP attention: each query attends to the k keys of its graph with largest inner product.
 
@@ -246,12 +246,7 @@ def kmip_attention(
     Returns:
         ``[N, H, d_v]`` attention output, or ``(output, selection)`` with ``return_selection``.
     """
-    check_query_key(query, key, k)
-    _check_value(query, value)
-    _check_scale_dropout(scale, dropout_p)
-    ptr = graph_ptr(query.shape[0], ptr=ptr, batch=batch)
-    if check_finite:
-        require_finite(query=query, key=key, value=value)
+    ptr = _checked_ptr(query, key, value, k, ptr, batch, scale, dropout_p, check_finite)
     if query.shape[0] == 0:
         # Searching the empty batch still checks the backend and its dtypes, so it fails like any other.
         topk_inner_product(query, key, k, ptr=ptr, backend=backend, nlist=nlist, nprobe=nprobe)
@@ -281,15 +276,8 @@ def _empty_selection(query: Tensor) -> AttentionSelection:
 
 
 def full_attention(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    *,
-    ptr: Tensor | None = None,
-    batch: Tensor | None = None,
-    scale: float | None = None,
-    dropout_p: float = 0.0,
-    check_finite: bool = True,
+    query: Tensor, key: Tensor, value: Tensor, *, ptr: Tensor | None = None, batch: Tensor | None = None,
+    scale: float | None = None, dropout_p: float = 0.0, check_finite: bool = True,
 ) -> Tensor:
     r"""Full softmax attention within each graph, through ``scaled_dot_product_attention``.
 
@@ -307,12 +295,7 @@ def full_attention(
         block and batched (so a non-finite value in one graph never reaches another); a large graph
         runs alone and unmasked, so SDPA can use its memory-efficient kernels.
     """
-    check_query_key(query, key, 1)
-    _check_value(query, value)
-    _check_scale_dropout(scale, dropout_p)
-    ptr = graph_ptr(query.shape[0], ptr=ptr, batch=batch)
-    if check_finite:
-        require_finite(query=query, key=key, value=value)
+    ptr = _checked_ptr(query, key, value, 1, ptr, batch, scale, dropout_p, check_finite)
     if query.shape[0] == 0:
         return value.new_zeros(value.shape)
     outputs = []
@@ -362,14 +345,8 @@ def _padded_graphs_sdpa(
 
 
 def full_attention_topk(
-    query: Tensor,
-    key: Tensor,
-    k: int,
-    *,
-    ptr: Tensor | None = None,
-    batch: Tensor | None = None,
-    scale: float | None = None,
-    check_finite: bool = True,
+    query: Tensor, key: Tensor, k: int, *, ptr: Tensor | None = None, batch: Tensor | None = None,
+    scale: float | None = None, check_finite: bool = True,
 ) -> AttentionSelection:
     r"""The k largest weights of full softmax attention per query and head, and the mass they carry.
 
@@ -389,11 +366,7 @@ def full_attention_topk(
         :class:`AttentionSelection` with ``weight`` renormalised over the k kept keys (sums to 1) and
         ``mass`` ``[N, H]`` = the full-softmax weight those k keys carry (1 when k covers the graph).
     """
-    check_query_key(query, key, k)
-    _check_scale_dropout(scale, 0.0)
-    ptr = graph_ptr(query.shape[0], ptr=ptr, batch=batch)
-    if check_finite:
-        require_finite(query=query, key=key)
+    ptr = _checked_ptr(query, key, None, k, ptr, batch, scale, 0.0, check_finite)
     if query.shape[0] == 0:
         selection = _empty_selection(query)
         return selection._replace(mass=query.new_empty(0, query.shape[1]))

@@ -7,6 +7,7 @@ graphs) call :func:`auto_backend` rather than import another backend.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -14,7 +15,7 @@ from types import MappingProxyType
 import torch
 from torch import Tensor
 
-__all__ = ["SearchBackend", "auto_backend", "get_backend", "register", "registered_backends"]
+__all__ = ["SearchBackend", "auto_backend", "get_backend", "importable", "register", "registered_backends"]
 
 # ``search(query, key, k, ptr, **options)`` with validated ``[N, H, d]`` query/key, ``k >= 1`` and
 # ``[G + 1]`` CPU graph offsets; returns ``[N, H, k]`` scores and int64 global key indices. Approximate
@@ -51,6 +52,12 @@ class SearchBackend:
         return (self.devices is None or device_type in self.devices) and (
             self.dtypes is None or dtype in self.dtypes
         )
+
+
+def importable(module: str) -> Callable[[], bool]:
+    """An ``available`` check for a backend on an optional package: whether ``module`` can be imported here
+    (asked at each call; nothing is imported)."""
+    return lambda: importlib.util.find_spec(module) is not None
 
 
 _BACKENDS: dict[str, SearchBackend] = {}

@@ -10,15 +10,13 @@ found are recomputed exactly in torch, so they equal the exact backends' scores 
 
 from __future__ import annotations
 
-import importlib.util
-
 import torch
 from torch import Tensor
 
 from kmipgt.ops.search import ivf_common
 from kmipgt.ops.search.blockwise import sort_by_score_then_index
 from kmipgt.ops.search.ivf_common import check_option, default_nlist, default_nprobe, lift
-from kmipgt.ops.search.registry import SearchBackend, auto_backend, register
+from kmipgt.ops.search.registry import SearchBackend, auto_backend, importable, register
 
 __all__ = ["topk_faiss"]
 
@@ -49,13 +47,7 @@ def _faiss_one(faiss, query: Tensor, key: Tensor, k: int, nlist: int, nprobe: in
 
 
 def topk_faiss(
-    query: Tensor,
-    key: Tensor,
-    k: int,
-    ptr: Tensor,
-    *,
-    nlist: int | None = None,
-    nprobe: int | None = None,
+    query: Tensor, key: Tensor, k: int, ptr: Tensor, *, nlist: int | None = None, nprobe: int | None = None,
     seed: int = 0,
 ) -> tuple[Tensor, Tensor]:
     """Approximate top-k keys per query within each graph with faiss, per (graph, head).
@@ -107,11 +99,4 @@ def topk_faiss(
     return scores, torch.where(index_out >= num_nodes, -1, index_out)
 
 
-register(
-    SearchBackend(
-        name="faiss",
-        search=topk_faiss,
-        exact=False,
-        available=lambda: importlib.util.find_spec("faiss") is not None,
-    )
-)
+register(SearchBackend(name="faiss", search=topk_faiss, exact=False, available=importable("faiss")))

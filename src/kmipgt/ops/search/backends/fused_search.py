@@ -26,15 +26,8 @@ def topk_fused_or_torch(query: Tensor, key: Tensor, k: int, ptr: Tensor) -> tupl
     return topk_fused(query, key, k, ptr)
 
 
-register(
-    SearchBackend(
-        name="fused",
-        search=topk_fused_or_torch,
-        exact=True,
-        # For `auto`: only where the kernel builds (the backend itself falls back to torch silently).
-        available=lambda: fused_library() is not None,
-        devices=("cpu",),
-        dtypes=FUSED_DTYPES,
-        auto_rank=0,
-    )
-)
+# `available` is for `auto`: only where the kernel builds (the backend itself falls back to torch silently).
+register(SearchBackend(
+    name="fused", search=topk_fused_or_torch, exact=True, available=lambda: fused_library() is not None,
+    devices=("cpu",), dtypes=FUSED_DTYPES, auto_rank=0,
+))

@@ -260,11 +260,4 @@ def topk_ivf(
     return scores_out, index_out
 
 
-register(
-    SearchBackend(
-        name="ivf",
-        search=topk_ivf,
-        exact=False,
-        available=lambda: True,
-    )
-)
+register(SearchBackend(name="ivf", search=topk_ivf, exact=False, available=lambda: True))

@@ -7,14 +7,13 @@ tie at the k-th place may pick a different key than the torch backend.
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 
 import torch
 from torch import Tensor
 
 from kmipgt.ops.search.blockwise import sort_by_score_then_index
-from kmipgt.ops.search.registry import SearchBackend, register
+from kmipgt.ops.search.registry import SearchBackend, importable, register
 
 __all__ = ["topk_keops"]
 
@@ -60,12 +59,6 @@ def topk_keops(query: Tensor, key: Tensor, k: int, ptr: Tensor) -> tuple[Tensor,
     return scores_out, index_out
 
 
-register(
-    SearchBackend(
-        name="keops",
-        search=topk_keops,
-        exact=True,
-        available=lambda: importlib.util.find_spec("pykeops") is not None,
-        devices=("cpu", "cuda"),
-    )
-)
+register(SearchBackend(
+    name="keops", search=topk_keops, exact=True, available=importable("pykeops"), devices=("cpu", "cuda")
+))

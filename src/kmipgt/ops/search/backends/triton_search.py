@@ -58,15 +58,8 @@ def topk_triton(query: Tensor, key: Tensor, k: int, ptr: Tensor) -> tuple[Tensor
     return launch_topk_kernel(query, key, k, ptr)
 
 
-register(
-    SearchBackend(
-        name="triton",
-        search=topk_triton,
-        exact=True,
-        # Looked up at call time, so a patched or cleared `triton_available` is what `auto` sees.
-        available=lambda: triton_available(),
-        devices=("cuda",),
-        dtypes=TRITON_DTYPES,
-        auto_rank=1,
-    )
-)
+# `available` looks `triton_available` up at call time, so a patched or cleared one is what `auto` sees.
+register(SearchBackend(
+    name="triton", search=topk_triton, exact=True, available=lambda: triton_available(), devices=("cuda",),
+    dtypes=TRITON_DTYPES, auto_rank=1,
+))
