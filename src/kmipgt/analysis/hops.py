@@ -13,6 +13,8 @@ import scipy.sparse as sp
 import torch
 from scipy.sparse.csgraph import dijkstra
 
+from kmipgt.data.ball_kernel import bfs_expand
+
 try:
     import numba
 except ImportError:  # the scipy path below is used instead
@@ -61,14 +63,10 @@ def _capped_hops(indptr, indices, sources, targets, cap):
         while head < tail and remaining > 0 and hop[queue[head]] < cap:
             u = queue[head]
             head += 1
-            for p in range(indptr[u], indptr[u + 1]):
-                v = indices[p]
-                if hop[v] < 0:
-                    hop[v] = hop[u] + 1
-                    queue[tail] = v
-                    tail += 1
-                    if wanted[v] == q:
-                        remaining -= 1
+            start, tail = tail, bfs_expand(u, indptr, indices, hop, queue, tail)
+            for i in range(start, tail):
+                if wanted[queue[i]] == q:
+                    remaining -= 1
         for t in range(targets.shape[1]):
             node = targets[q, t]
             if node >= 0:

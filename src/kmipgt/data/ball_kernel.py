@@ -17,6 +17,21 @@ except ImportError:  # the scipy path in city_labels is used instead
     numba = None
 
 
+def bfs_expand(u: int, indptr: np.ndarray, indices: np.ndarray, hop: np.ndarray, queue: np.ndarray,
+               tail: int) -> int:
+    """One BFS step: append ``u``'s unvisited neighbours to ``queue`` at ``hop[u] + 1``; the new tail.
+
+    Shared by the bounded BFS here and the capped hop distances of :mod:`kmipgt.analysis.hops`.
+    """
+    for p in range(indptr[u], indptr[u + 1]):
+        v = indices[p]
+        if hop[v] < 0:
+            hop[v] = hop[u] + 1
+            queue[tail] = v
+            tail += 1
+    return tail
+
+
 def _heap_push(keys: np.ndarray, items: np.ndarray, size: int, key: float, item: int) -> int:
     i = size
     keys[i], items[i] = key, item
@@ -67,14 +82,8 @@ def _ball_eccentricities(indptr: np.ndarray, indices: np.ndarray, weights: np.nd
         while head < tail:
             u = queue[head]
             head += 1
-            if hop[u] == hops:
-                continue
-            for p in range(indptr[u], indptr[u + 1]):
-                v = indices[p]
-                if hop[v] < 0:
-                    hop[v] = hop[u] + 1
-                    queue[tail] = v
-                    tail += 1
+            if hop[u] < hops:
+                tail = bfs_expand(u, indptr, indices, hop, queue, tail)
         dist[source] = 0.0
         size = _heap_push(heap_keys, heap_items, 0, 0.0, source)
         eccentricity = 0.0
@@ -100,6 +109,7 @@ def _ball_eccentricities(indptr: np.ndarray, indices: np.ndarray, weights: np.nd
 
 
 if numba is not None:
+    bfs_expand = numba.njit(cache=True, nogil=True)(bfs_expand)
     _heap_push = numba.njit(cache=True, nogil=True)(_heap_push)
     _heap_pop = numba.njit(cache=True, nogil=True)(_heap_pop)
     _ball_eccentricities = numba.njit(cache=True, nogil=True)(_ball_eccentricities)
