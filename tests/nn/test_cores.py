@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch_geometric.nn import GINConv, GPSConv
 
 from kmipgt.nn import (
+    ATTENTION_TYPES,
     CORES,
     FullAttention,
     GPSLayer,
@@ -42,7 +43,7 @@ def _dense_topk_attention(
         xg = x[batch == g]
         n = xg.size(0)
         q, kk, v = (
-            lin(xg).view(n, h, d).transpose(0, 1)
+            lin(xg).view(n, h, -1).transpose(0, 1)
             for lin in (module.lin_query, module.lin_key, module.lin_value)
         )
         top = (q @ kk.transpose(1, 2)).topk(min(k, n), dim=-1).indices
@@ -105,6 +106,28 @@ def test_config_k_reaches_only_the_kmip_core():
     assert config.model.attn_kwargs() == {"num_features": 8}
     with pytest.raises(ValueError, match=r"model\.k"):
         validate_config(load_config(None, ["model.attention_options={k: 4}"]))
+
+
+@pytest.mark.parametrize("kind", ["kmip", "full", "performer", "grf"])
+def test_queries_and_keys_can_be_narrower_than_values(kind):
+    x, edge_index, batch = _batch()
+    options = {"k": 4} if kind == "kmip" else {}
+    module = ATTENTION_TYPES[kind](16, heads=2, head_dim=5, qk_dim=3, **options).eval()
+    assert (module.lin_query.out_features, module.lin_key.out_features) == (6, 6)
+    query, key, value = module.query_key_value(x)
+    assert (query.shape[-1], key.shape[-1], value.shape[-1]) == (3, 3, 5)
+    out = module(x, edge_index, batch)
+    assert out.shape == x.shape
+    if kind in ("kmip", "full"):  # logits scaled by 1/sqrt(qk_dim), as SDPA scales by the query width
+        k = options.get("k", max(SIZES))
+        torch.testing.assert_close(out, _dense_topk_attention(module, x, batch, k))
+
+
+def test_config_attention_options_set_the_query_key_width():
+    config = load_config(None, ["model.attention_options={qk_dim: 4}", "model.num_layers=2"])
+    model = GraphTransformer(5, 16, 2, num_layers=2, heads=2, attn_kwargs=config.model.attn_kwargs())
+    assert {layer.attention.qk_dim for layer in model.layers} == {4}
+    assert {layer.attention.head_dim for layer in model.layers} == {8}
 
 
 def test_projection_state_dict_is_shared_by_the_kinds():

@@ -60,6 +60,9 @@ class ProjectedAttention(torch.nn.Module):
         head_dim: size d of each head's query/key/value (default ``channels // heads``).
         dropout: attention dropout of the core, applied only in training.
         qk_channels: size of ``qk_x`` when queries and keys come from a separate input (default: ``x``).
+        qk_dim: size of each head's queries and keys when it differs from the values' ``head_dim`` (the
+            reference's City-Networks runs use 10 and 17): the search and the logits run in this width,
+            the values keep theirs. (default: ``head_dim``)
         **attn_kwargs: options of the kind's core.
     """
 
@@ -75,6 +78,7 @@ class ProjectedAttention(torch.nn.Module):
         head_dim: int | None = None,
         dropout: float = 0.0,
         qk_channels: int | None = None,
+        qk_dim: int | None = None,
         **attn_kwargs,
     ):
         super().__init__()
@@ -95,13 +99,18 @@ class ProjectedAttention(torch.nn.Module):
         qk_channels = channels if qk_channels is None else qk_channels
         if qk_channels <= 0:
             raise ValueError(f"qk_channels must be positive, got {qk_channels}")
+        qk_dim = head_dim if qk_dim is None else qk_dim
+        if qk_dim <= 0:
+            raise ValueError(f"qk_dim must be positive, got {qk_dim}")
         self.channels, self.qk_channels, self.heads, self.head_dim = channels, qk_channels, heads, head_dim
+        self.qk_dim = qk_dim
         inner = heads * head_dim
-        self.lin_query = torch.nn.Linear(qk_channels, inner)
-        self.lin_key = torch.nn.Linear(qk_channels, inner)
+        self.lin_query = torch.nn.Linear(qk_channels, heads * qk_dim)
+        self.lin_key = torch.nn.Linear(qk_channels, heads * qk_dim)
         self.lin_value = torch.nn.Linear(channels, inner)
         self.lin_out = torch.nn.Linear(inner, channels)
-        self.core = CORES[self.attn_type](heads, head_dim, dropout, **attn_kwargs)
+        # A core's own sizes (random features, projections) are those of the queries and keys.
+        self.core = CORES[self.attn_type](heads, qk_dim, dropout, **attn_kwargs)
 
     def reset_parameters(self) -> None:
         for lin in (self.lin_query, self.lin_key, self.lin_value, self.lin_out):
@@ -123,14 +132,15 @@ class ProjectedAttention(torch.nn.Module):
         self.lin_key.bias.zero_()
 
     def query_key(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Query and key tokens ``[N, H, head_dim]`` each, as the attention sees them."""
-        shape = (x.size(0), self.heads, self.head_dim)
+        """Query and key tokens ``[N, H, qk_dim]`` each, as the attention sees them."""
+        shape = (x.size(0), self.heads, self.qk_dim)
         return self.lin_query(x).view(shape), self.lin_key(x).view(shape)
 
     def query_key_value(self, x: Tensor, qk_x: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
-        """Query, key (from ``qk_x`` if given) and value tokens ``[N, H, head_dim]``, as the forward uses."""
+        """Query and key (from ``qk_x`` if given) tokens ``[N, H, qk_dim]`` and value tokens
+        ``[N, H, head_dim]``, as the forward uses."""
         query, key = self.query_key(x if qk_x is None else qk_x)
-        return query, key, self.lin_value(x).view(query.shape)
+        return query, key, self.lin_value(x).view(x.size(0), self.heads, self.head_dim)
 
     def _check_input(self, x: Tensor, batch: Tensor | None, qk_x: Tensor | None = None) -> None:
         if x.dim() != 2 or x.size(-1) != self.channels:
@@ -164,7 +174,10 @@ class ProjectedAttention(torch.nn.Module):
 
     def __repr__(self) -> str:
         options = ", ".join(
-            filter(None, [f"heads={self.heads}", f"head_dim={self.head_dim}", self.core.extra_repr()])
+            filter(None, [
+                f"heads={self.heads}", f"head_dim={self.head_dim}",
+                f"qk_dim={self.qk_dim}" if self.qk_dim != self.head_dim else "", self.core.extra_repr(),
+            ])
         )
         return f"{self.__class__.__name__}({self.channels}, {options})"
 

@@ -28,7 +28,7 @@ class AttentionCore(torch.nn.Module):
 
     Args:
         heads: number of heads H of the tokens.
-        head_dim: size d of each head's tokens.
+        head_dim: size d of each head's queries and keys (the values may differ).
         dropout: attention dropout, applied only in training (how depends on the kind).
     """
 
