@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from kmipgt.ops.ragged import graph_blocks, graph_ptr, node_graph_bounds
+from kmipgt.ops.ragged import GraphBlock, graph_blocks, graph_ptr, key_graph_ptr, node_graph_bounds
 from kmipgt.ops.search.blockwise import MIN_BLOCK_NODES
 from kmipgt.ops.search.checks import check_query_key, require_finite
 from kmipgt.ops.search.dispatch import Backend, topk_inner_product
@@ -46,6 +46,8 @@ class _KMIPOptions(TypedDict, total=False):
 
     ptr: Tensor | None
     batch: Tensor | None
+    key_ptr: Tensor | None
+    key_batch: Tensor | None
     scale: float | None
     dropout_p: float
     backend: Backend
@@ -54,17 +56,18 @@ class _KMIPOptions(TypedDict, total=False):
     check_finite: bool
 
 
-def _check_value(query: Tensor, value: Tensor) -> None:
+def _check_value(key: Tensor, value: Tensor) -> None:
+    """Values follow the keys: one row per key."""
     if not isinstance(value, Tensor):
         raise TypeError(f"`value` must be a torch.Tensor, got {type(value).__name__}")
     if not value.dtype.is_floating_point:
         raise TypeError(f"`value` must be a floating-point tensor, got dtype {value.dtype}")
-    if value.dim() != 3 or value.shape[:2] != query.shape[:2]:
+    if value.dim() != 3 or value.shape[:2] != key.shape[:2]:
         raise ValueError(
-            f"`value` must have shape [N, H, d_v] = [{query.shape[0]}, {query.shape[1]}, d_v], "
+            f"`value` must have shape [N, H, d_v] = [{key.shape[0]}, {key.shape[1]}, d_v], "
             f"got {tuple(value.shape)}"
         )
-    if value.dtype != query.dtype or value.device != query.device:
+    if value.dtype != key.dtype or value.device != key.device:
         raise TypeError("`value` must share dtype and device with `query`")
 
 
@@ -79,18 +82,24 @@ def _check_scale_dropout(scale: float | None, dropout_p: float) -> None:
 
 def _checked_ptr(
     query: Tensor, key: Tensor, value: Tensor | None, k: int, ptr: Tensor | None, batch: Tensor | None,
-    scale: float | None, dropout_p: float, check_finite: bool,
-) -> Tensor:
-    """The checks shared by the attention functions (``value`` None: no value); returns the graph offsets."""
+    scale: float | None, dropout_p: float, check_finite: bool, *, key_ptr: Tensor | None = None,
+    key_batch: Tensor | None = None,
+) -> tuple[Tensor, Tensor | None]:
+    """The checks shared by the attention functions (``value`` None: no value).
+
+    Returns the queries' graph offsets and the keys' (:func:`~kmipgt.ops.ragged.key_graph_ptr`: None where
+    they are the queries').
+    """
     check_query_key(query, key, k)
     if value is not None:
-        _check_value(query, value)
+        _check_value(key, value)
     _check_scale_dropout(scale, dropout_p)
     ptr = graph_ptr(query.shape[0], ptr=ptr, batch=batch)
+    key_ptr = key_graph_ptr(ptr, key.shape[0], key_ptr=key_ptr, key_batch=key_batch)
     if check_finite:
         named = {"query": query, "key": key, "value": value}
         require_finite(**{name: tensor for name, tensor in named.items() if tensor is not None})
-    return ptr
+    return ptr, key_ptr
 
 
 def _accumulate_dtype(tensor: Tensor) -> torch.dtype:
@@ -129,20 +138,23 @@ def _gathered_sum(weights: Tensor, b: Tensor, index: Tensor) -> Tensor:
     return out
 
 
-def _scatter_rows(weights: Tensor, a: Tensor, index: Tensor) -> Tensor:
-    """Adjoint of the gathers: ``out[index[n, h, j], h] += weights[n, h, j] · a[n, h]``; ``[N, H, d_a]``."""
-    num_nodes, heads, _ = index.shape
+def _scatter_rows(weights: Tensor, a: Tensor, index: Tensor, num_rows: int) -> Tensor:
+    """Adjoint of the gathers: ``out[index[m, h, j], h] += weights[m, h, j] · a[m, h]``, ``[num_rows, H, d]``.
+
+    ``index`` ``[M, H, k]`` points into the ``num_rows`` (N) key rows, which need not be M.
+    """
+    num_queries, heads, _ = index.shape
     width = a.shape[-1]
     accumulate = _accumulate_dtype(a)
-    out = torch.zeros(num_nodes * heads, width, dtype=accumulate, device=a.device)
+    out = torch.zeros(num_rows * heads, width, dtype=accumulate, device=a.device)
     head_offset = torch.arange(heads, device=index.device)[None, :, None]
     step = _chunk_rows(index, width)
-    for r0 in range(0, num_nodes, step):
+    for r0 in range(0, num_queries, step):
         rows = slice(r0, r0 + step)
         targets = (index[rows] * heads + head_offset).reshape(-1)
         contributions = weights[rows, :, :, None] * a[rows, :, None, :]
         out.index_add_(0, targets, contributions.reshape(-1, width).to(accumulate))
-    return out.view(num_nodes, heads, width).to(a.dtype)
+    return out.view(num_rows, heads, width).to(a.dtype)
 
 
 class _SelectedSoftmaxAttention(torch.autograd.Function):
@@ -153,19 +165,20 @@ class _SelectedSoftmaxAttention(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, query, key, value, index, scale, dropout_p):
+    def forward(ctx, query, key, value, index, pad_row, scale, dropout_p):
         # The softmax weights come out as a second, non-differentiable output (free: they are computed and
         # saved anyway), so callers can inspect exactly what the forward used.
         ctx.set_materialize_grads(False)
         valid = index >= 0
-        # Padding slots (graphs smaller than k) gather the query's own row: their weight is 0, but 0·NaN is
-        # NaN, so a row of another graph (e.g. row 0) would leak an unchecked NaN into this graph.
-        own_row = torch.arange(index.shape[0], device=index.device)[:, None, None]
-        safe = torch.where(valid, index, own_row)
+        # Padding slots (graphs smaller than k) gather `pad_row`, a key row of the query's own graph (its own
+        # row where queries are the keys): their weight is 0, but 0·NaN is NaN, so a row of another graph
+        # (e.g. row 0) would leak an unchecked NaN into this graph.
+        safe = torch.where(valid, index, pad_row[:, None, None])
         # Half-precision inputs get a float32 softmax; float64 stays float64.
         logits = _gathered_dot(query, key, safe) * scale
         logits.masked_fill_(~valid, float("-inf"))
-        weights = torch.softmax(logits, dim=-1)
+        # A query whose graph has no keys has no valid slot: softmax gives NaN there; it attends to nothing.
+        weights = torch.softmax(logits, dim=-1).masked_fill(~valid, 0.0)
         keep = None
         dropped = weights
         if dropout_p > 0:
@@ -180,7 +193,7 @@ class _SelectedSoftmaxAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out, _grad_weights):
         if grad_out is None:  # grads are not materialised: nothing flowed back into the output
-            return None, None, None, None, None, None
+            return None, None, None, None, None, None, None
         query, key, value, safe, weights, keep = ctx.saved_tensors
         dropped = weights if keep is None else weights * keep / (1.0 - ctx.dropout_p)
         grad_dropped = _gathered_dot(grad_out, value, safe)
@@ -188,11 +201,12 @@ class _SelectedSoftmaxAttention(torch.autograd.Function):
         grad_logits = weights * (grad_weights - (weights * grad_weights).sum(-1, keepdim=True)) * ctx.scale
         grad_logits = grad_logits.to(query.dtype)
         grad_query = _gathered_sum(grad_logits, key, safe) if ctx.needs_input_grad[0] else None
-        grad_key = _scatter_rows(grad_logits, query, safe) if ctx.needs_input_grad[1] else None
-        grad_value = (
-            _scatter_rows(dropped.to(grad_out.dtype), grad_out, safe) if ctx.needs_input_grad[2] else None
-        )
-        return grad_query, grad_key, grad_value, None, None, None
+        num_keys = key.shape[0]
+        grad_key = _scatter_rows(grad_logits, query, safe, num_keys) if ctx.needs_input_grad[1] else None
+        grad_value = None
+        if ctx.needs_input_grad[2]:
+            grad_value = _scatter_rows(dropped.to(grad_out.dtype), grad_out, safe, num_keys)
+        return grad_query, grad_key, grad_value, None, None, None, None
 
 
 # The overloads tell type checkers that ``return_selection=True`` gives ``(output, selection)``; they take the
@@ -213,7 +227,8 @@ def kmip_attention(
 
 def kmip_attention(
     query: Tensor, key: Tensor, value: Tensor, k: int, *, ptr: Tensor | None = None,
-    batch: Tensor | None = None, scale: float | None = None, dropout_p: float = 0.0,
+    batch: Tensor | None = None, key_ptr: Tensor | None = None, key_batch: Tensor | None = None,
+    scale: float | None = None, dropout_p: float = 0.0,
     backend: Backend = "auto", nlist: int | None = None, nprobe: int | None = None,
     check_finite: bool = True, return_selection: bool = False,
 ) -> Tensor | tuple[Tensor, AttentionSelection]:
@@ -225,12 +240,16 @@ def kmip_attention(
 
     With k at least the graph size this is exactly full softmax attention. Gradients reach query, key
     and value through the selected entries; the selection itself is piecewise constant (no gradient),
-    and unselected keys and values receive zero gradient. Memory beyond the inputs is ``O(N·H·k)``.
+    and unselected keys and values receive zero gradient. Memory beyond the inputs is ``O(M·H·k)``.
 
     Args:
-        query: ``[N, H, d]``. key: ``[N, H, d]``. value: ``[N, H, d_v]``. All node-major.
+        query: ``[M, H, d]``. key: ``[N, H, d]``. value: ``[N, H, d_v]`` (values follow the keys). All
+            node-major; ``M == N`` unless ``key_ptr``/``key_batch`` lays the keys out.
         k: keys per query (``>= 1``).
-        ptr: ``[G + 1]`` graph offsets, or batch: ``[N]`` sorted graph ids; neither means one graph.
+        ptr: ``[G + 1]`` graph offsets, or batch: ``[M]`` sorted graph ids of the queries; neither means
+            one graph.
+        key_ptr, key_batch: the keys' own graphs (the same G), as in :func:`kmipgt.ops.topk_inner_product`;
+            neither: the queries' layout. A query whose graph has no keys gets output 0.
         scale: logit scale :math:`s`, default ``1/sqrt(d)``.
         dropout_p: dropout probability on the attention weights (pass 0 in evaluation).
         backend: key-search backend of :func:`kmipgt.ops.topk_inner_product` (approximate with
@@ -240,108 +259,138 @@ def kmip_attention(
             holds a NaN or inf (default; one reduction per tensor). With False, non-finite inputs give
             unspecified results that differ between backends.
         return_selection: also return the :class:`AttentionSelection` this call used: the searched key
-            indices and scores and the softmax weights (before dropout), each ``[N, H, k']`` with
-            ``k' = min(k, largest graph)``. Costs nothing extra; off by default.
+            indices and scores and the softmax weights (before dropout), each ``[M, H, k']`` with
+            ``k' = min(k, largest key graph)``. Costs nothing extra; off by default.
 
     Returns:
-        ``[N, H, d_v]`` attention output, or ``(output, selection)`` with ``return_selection``.
+        ``[M, H, d_v]`` attention output, or ``(output, selection)`` with ``return_selection``.
     """
-    ptr = _checked_ptr(query, key, value, k, ptr, batch, scale, dropout_p, check_finite)
-    if query.shape[0] == 0:
+    ptr, key_ptr = _checked_ptr(
+        query, key, value, k, ptr, batch, scale, dropout_p, check_finite, key_ptr=key_ptr, key_batch=key_batch
+    )
+    search = {"ptr": ptr, "key_ptr": key_ptr, "backend": backend, "nlist": nlist, "nprobe": nprobe}
+    if query.shape[0] == 0 or key.shape[0] == 0:
         # Searching the empty batch still checks the backend and its dtypes, so it fails like any other.
-        topk_inner_product(query, key, k, ptr=ptr, backend=backend, nlist=nlist, nprobe=nprobe)
-        out = value.new_zeros(value.shape)
+        topk_inner_product(query, key, k, **search)
+        out = value.new_zeros(query.shape[0], value.shape[1], value.shape[2])
         return (out, _empty_selection(query)) if return_selection else out
-    # Slots beyond the largest graph would only ever hold padding.
-    k = min(k, int((ptr[1:] - ptr[:-1]).max()))
+    key_sizes = ptr[1:] - ptr[:-1] if key_ptr is None else key_ptr[1:] - key_ptr[:-1]
+    # Slots beyond the largest key graph would only ever hold padding.
+    k = min(k, int(key_sizes.max()))
     with torch.no_grad():
-        scores, index = topk_inner_product(
-            query.detach(),
-            key.detach(),
-            k,
-            ptr=ptr,
-            backend=backend,
-            nlist=nlist,
-            nprobe=nprobe,
-            check_finite=False,
-        )
+        scores, index = topk_inner_product(query.detach(), key.detach(), k, **search, check_finite=False)
     scale = query.shape[-1] ** -0.5 if scale is None else float(scale)
-    out, weights = _SelectedSoftmaxAttention.apply(query, key, value, index, scale, float(dropout_p))
+    pad_row = _padding_rows(ptr, key_ptr, query.shape[0], key.shape[0], query.device)
+    out, weights = _SelectedSoftmaxAttention.apply(query, key, value, index, pad_row, scale, float(dropout_p))
     return (out, AttentionSelection(index, scores, weights)) if return_selection else out
 
 
+def _padding_rows(ptr: Tensor, key_ptr: Tensor | None, num_queries: int, num_keys: int, device) -> Tensor:
+    """``[M]`` key row that padding slots gather: the query's own row, or the first key of its graph.
+
+    A graph without keys has none of its own; it gets a row in range, whose weight is 0 all the same.
+    """
+    if key_ptr is None:
+        return torch.arange(num_queries, device=device)
+    return node_graph_bounds(ptr, device, key_ptr)[0].clamp(max=num_keys - 1)
+
+
 def _empty_selection(query: Tensor) -> AttentionSelection:
-    index = torch.empty(0, query.shape[1], 0, dtype=torch.long, device=query.device)
+    """The selection of queries that have no keys to select: ``[M, H, 0]``."""
+    index = torch.empty(query.shape[0], query.shape[1], 0, dtype=torch.long, device=query.device)
     return AttentionSelection(index, query.new_empty(index.shape), query.new_empty(index.shape))
 
 
 def full_attention(
     query: Tensor, key: Tensor, value: Tensor, *, ptr: Tensor | None = None, batch: Tensor | None = None,
-    scale: float | None = None, dropout_p: float = 0.0, check_finite: bool = True,
+    key_ptr: Tensor | None = None, key_batch: Tensor | None = None, scale: float | None = None,
+    dropout_p: float = 0.0, check_finite: bool = True,
 ) -> Tensor:
     r"""Full softmax attention within each graph, through ``scaled_dot_product_attention``.
 
     .. math:: \mathrm{out}_i = \sum_{j \in g(i)} \operatorname{softmax}_j(s\, q_i \cdot k_j)\, v_j
 
     Args:
-        query: ``[N, H, d]``. key: ``[N, H, d]``. value: ``[N, H, d_v]``.
-        ptr / batch: the ragged graphs, as in :func:`kmip_attention`.
+        query: ``[M, H, d]``. key: ``[N, H, d]``. value: ``[N, H, d_v]``.
+        ptr / batch: the queries' ragged graphs, key_ptr / key_batch the keys', as in :func:`kmip_attention`
+            (a query whose graph has no keys gets output 0).
         scale: logit scale, default ``1/sqrt(d)``. dropout_p: attention dropout.
         check_finite: raise ValueError on a NaN or inf in query, key or value, as in
             :func:`kmip_attention`.
 
     Returns:
-        ``[N, H, d_v]``. Small graphs are processed together, zero-padded to the largest of their
+        ``[M, H, d_v]``. Small graphs are processed together, zero-padded to the largest of their
         block and batched (so a non-finite value in one graph never reaches another); a large graph
         runs alone and unmasked, so SDPA can use its memory-efficient kernels.
     """
-    ptr = _checked_ptr(query, key, value, 1, ptr, batch, scale, dropout_p, check_finite)
+    ptr, key_ptr = _checked_ptr(
+        query, key, value, 1, ptr, batch, scale, dropout_p, check_finite, key_ptr=key_ptr, key_batch=key_batch
+    )
     if query.shape[0] == 0:
-        return value.new_zeros(value.shape)
+        return value.new_zeros(0, value.shape[1], value.shape[2])
     outputs = []
-    for block in graph_blocks(ptr, MIN_BLOCK_NODES):
-        rows = slice(block.start, block.end)
+    for block in graph_blocks(ptr, MIN_BLOCK_NODES, key_ptr):
+        rows, keys = slice(block.start, block.end), slice(block.key_start, block.key_end)
         if block.multi:
-            outputs.append(
-                _padded_graphs_sdpa(query[rows], key[rows], value[rows], ptr, block.start, scale, dropout_p)
-            )
+            sliced = (query[rows], key[keys], value[keys])
+            outputs.append(_padded_graphs_sdpa(*sliced, ptr, key_ptr, block, scale, dropout_p))
+            continue
+        if block.end == block.start or block.key_end == block.key_start:  # no queries, or none with keys
+            outputs.append(value.new_zeros(block.end - block.start, value.shape[1], value.shape[2]))
             continue
         # SDPA's fused (flash) CPU kernel needs 4-D [batch, H, n, d] inputs; with 3-D ones it falls back to
         # the math path and materialises the n×n scores (measured: 2.3 GB vs 6 MB at n = 16,384).
-        q, k, v = (t[rows].transpose(0, 1).unsqueeze(0) for t in (query, key, value))
+        q, k, v = (t.transpose(0, 1).unsqueeze(0) for t in (query[rows], key[keys], value[keys]))
         out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale)
         outputs.append(out[0].transpose(0, 1))
     return torch.cat(outputs)
 
 
+def _rows_by_graph(starts: Tensor, sizes: Tensor, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
+    """Graphs of ``sizes`` rows from ``starts``: per row its graph, its position in it and the row itself."""
+    graph = torch.repeat_interleave(torch.arange(sizes.numel()), sizes)
+    position = torch.arange(graph.numel()) - (sizes.cumsum(0) - sizes)[graph]
+    return graph.to(device), position.to(device), (starts[graph] + position).to(device)
+
+
 def _padded_graphs_sdpa(
-    query: Tensor, key: Tensor, value: Tensor, ptr: Tensor, start: int, scale: float | None, dropout_p: float
+    query: Tensor, key: Tensor, value: Tensor, ptr: Tensor, key_ptr: Tensor | None, block: GraphBlock,
+    scale: float | None, dropout_p: float,
 ) -> Tensor:
-    """SDPA over the graphs of one block (rows from ``start``), each its own batch entry padded with zeros.
+    """SDPA over the graphs of one block, each its own batch entry padded with zeros.
 
     A block-diagonal mask over the whole block would multiply a NaN value of one graph by the zero
     weights of every other graph's queries (0·NaN = NaN). Padding also costs ``G·n_max²`` scores instead
-    of ``(Σ n_g)²``.
+    of ``(Σ n_g)²``. Graphs with queries but no keys are left out (SDPA over no keys is NaN): output 0.
     """
-    num_rows = query.shape[0]
-    bounds = ptr[(ptr >= start) & (ptr <= start + num_rows)] - start
-    sizes = bounds[1:] - bounds[:-1]
-    starts, sizes = bounds[:-1][sizes > 0], sizes[sizes > 0]
-    graph = torch.repeat_interleave(torch.arange(sizes.numel()), sizes).to(query.device)
-    position = torch.arange(num_rows, device=query.device) - starts.to(query.device)[graph]
-    width = int(sizes.max())
+    key_ptr = ptr if key_ptr is None else key_ptr
+    starts, sizes = ptr[:-1] - block.start, ptr[1:] - ptr[:-1]
+    key_starts, key_sizes = key_ptr[:-1] - block.key_start, key_ptr[1:] - key_ptr[:-1]
+    inside = (starts >= 0) & (starts + sizes <= query.shape[0]) & (key_starts >= 0)
+    inside &= key_starts + key_sizes <= key.shape[0]
+    active = inside & (sizes > 0) & (key_sizes > 0)
+    out = value.new_zeros(query.shape[0], value.shape[1], value.shape[2])
+    if not bool(active.any()):
+        return out
+    graph, position, rows = _rows_by_graph(starts[active], sizes[active], query.device)
+    key_graph, key_position, key_rows = _rows_by_graph(key_starts[active], key_sizes[active], query.device)
+    width, key_width = int(sizes[active].max()), int(key_sizes[active].max())
 
-    def padded(tensor: Tensor) -> Tensor:
-        out = tensor.new_zeros(sizes.numel(), width, *tensor.shape[1:])
+    def padded(tensor: Tensor, graph: Tensor, position: Tensor, width: int) -> Tensor:
+        out = tensor.new_zeros(int(active.sum()), width, *tensor.shape[1:])
         out[graph, position] = tensor
         return out.transpose(1, 2)  # [G, H, n_max, d]
 
     # Padding keys are masked; padding queries see their graph's keys (never none) and are dropped.
-    mask = (torch.arange(width) < sizes[:, None]).to(query.device)[:, None, None, :]
-    out = F.scaled_dot_product_attention(
-        padded(query), padded(key), padded(value), attn_mask=mask, dropout_p=dropout_p, scale=scale
+    mask = (torch.arange(key_width) < key_sizes[active][:, None]).to(query.device)[:, None, None, :]
+    attended = F.scaled_dot_product_attention(
+        padded(query[rows], graph, position, width),
+        padded(key[key_rows], key_graph, key_position, key_width),
+        padded(value[key_rows], key_graph, key_position, key_width),
+        attn_mask=mask, dropout_p=dropout_p, scale=scale,
     )
-    return out.transpose(1, 2)[graph, position]
+    out[rows] = attended.transpose(1, 2)[graph, position]
+    return out
 
 
 def full_attention_topk(
@@ -366,7 +415,7 @@ def full_attention_topk(
         :class:`AttentionSelection` with ``weight`` renormalised over the k kept keys (sums to 1) and
         ``mass`` ``[N, H]`` = the full-softmax weight those k keys carry (1 when k covers the graph).
     """
-    ptr = _checked_ptr(query, key, None, k, ptr, batch, scale, 0.0, check_finite)
+    ptr, _ = _checked_ptr(query, key, None, k, ptr, batch, scale, 0.0, check_finite)
     if query.shape[0] == 0:
         selection = _empty_selection(query)
         return selection._replace(mass=query.new_empty(0, query.shape[1]))

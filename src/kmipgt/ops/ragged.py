@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["GraphBlock", "graph_blocks", "graph_ptr", "node_graph_bounds"]
+__all__ = ["GraphBlock", "graph_blocks", "graph_ptr", "key_graph_ptr", "node_graph_bounds"]
 
 
 def _check_index_tensor(name: str, value: Tensor) -> None:
@@ -69,44 +69,86 @@ def graph_ptr(num_nodes: int, *, ptr: Tensor | None = None, batch: Tensor | None
     return ptr
 
 
+def key_graph_ptr(
+    ptr: Tensor, num_keys: int, *, key_ptr: Tensor | None = None, key_batch: Tensor | None = None
+) -> Tensor | None:
+    """Validated ``[G + 1]`` CPU offsets of the keys' graphs, given the queries' validated ``ptr``.
+
+    ``key_ptr``/``key_batch`` lay out the ``num_keys`` keys as ``ptr``/``batch`` do the queries (same G).
+    Returns ``None`` where the keys are laid out as the queries (no key layout given, which needs as many
+    keys as queries, or the same offsets), so callers keep the path where queries and keys share graphs.
+    """
+    num_queries = int(ptr[-1])
+    if key_ptr is None and key_batch is None:
+        if num_keys != num_queries:
+            raise ValueError(
+                f"`query` and `key` must have the same shape [N, H, d] unless `key_ptr` or `key_batch` lays "
+                f"out the keys' graphs; got {num_queries} queries and {num_keys} keys"
+            )
+        return None
+    try:
+        key_ptr = graph_ptr(num_keys, ptr=key_ptr, batch=key_batch)
+    except (TypeError, ValueError) as error:
+        message = f"key layout (`key_ptr`/`key_batch`, as `ptr`/`batch` of the keys): {error}"
+        raise type(error)(message) from None
+    if key_ptr.numel() != ptr.numel():
+        raise ValueError(
+            f"the queries' and the keys' layouts must hold the same number of graphs, got {ptr.numel() - 1} "
+            f"and {key_ptr.numel() - 1} (a `batch` ends at its largest graph id: pass `ptr`/`key_ptr` where "
+            "the last graphs have no queries or no keys)"
+        )
+    return None if torch.equal(key_ptr, ptr) else key_ptr
+
+
 @dataclass(frozen=True)
 class GraphBlock:
-    """Consecutive graphs ``ptr[first]:ptr[last]`` processed together.
+    """Consecutive graphs processed together: query rows ``start:end`` and key rows ``key_start:key_end``.
 
-    ``multi`` is true when the block holds more than one non-empty graph, so scores between
-    nodes of different graphs must be masked out.
+    ``multi`` is true when more than one of its graphs holds rows (queries or keys), so scores between
+    rows of different graphs must be masked out. Without a separate key layout the key rows are the
+    query rows.
     """
 
     start: int
     end: int
     multi: bool
+    key_start: int
+    key_end: int
 
 
-def graph_blocks(ptr: Tensor, min_nodes: int) -> list[GraphBlock]:
-    """Group consecutive graphs until each block holds at least ``min_nodes`` nodes.
+def graph_blocks(ptr: Tensor, min_nodes: int, key_ptr: Tensor | None = None) -> list[GraphBlock]:
+    """Group consecutive graphs until each block holds at least ``min_nodes`` queries or keys.
 
     A block of several graphs costs ``(Σ n_g)²`` scores instead of ``Σ n_g²``; bounding the block size
     keeps that waste small while replacing thousands of tiny kernels by a few larger ones.
+    ``key_ptr`` (``[G + 1]``, default ``ptr``) gives the graphs' key rows where they are not the queries'.
     """
-    sizes = (ptr[1:] - ptr[:-1]).tolist()
+    key_ptr = ptr if key_ptr is None else key_ptr
     blocks: list[GraphBlock] = []
-    start, graphs_in_block = 0, 0
-    for offset, size in zip(ptr[1:].tolist(), sizes):
-        if size == 0:
+    start = key_start = previous = previous_key = graphs_in_block = 0
+    for end, key_end in zip(ptr[1:].tolist(), key_ptr[1:].tolist()):
+        # A graph with rows on one side only still counts: its rows must be masked from the others'.
+        if (end, key_end) == (previous, previous_key):
             continue
+        previous, previous_key = end, key_end
         graphs_in_block += 1
-        if offset - start >= min_nodes:
-            blocks.append(GraphBlock(start, offset, graphs_in_block > 1))
-            start, graphs_in_block = offset, 0
-    end = int(ptr[-1])
-    if end > start:
-        blocks.append(GraphBlock(start, end, graphs_in_block > 1))
+        if max(end - start, key_end - key_start) >= min_nodes:
+            blocks.append(GraphBlock(start, end, graphs_in_block > 1, key_start, key_end))
+            start, key_start, graphs_in_block = end, key_end, 0
+    if graphs_in_block:
+        blocks.append(GraphBlock(start, int(ptr[-1]), graphs_in_block > 1, key_start, int(key_ptr[-1])))
     return blocks
 
 
-def node_graph_bounds(ptr: Tensor, device: torch.device) -> tuple[Tensor, Tensor]:
-    """Per-node ``[N]`` start and end offsets of the node's own graph, on ``device``."""
+def node_graph_bounds(
+    ptr: Tensor, device: torch.device, key_ptr: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """Per-query ``[M]`` start and end offsets of the keys of the query's own graph, on ``device``.
+
+    ``ptr`` lays out the queries, ``key_ptr`` (default ``ptr``: the queries are the nodes) the keys.
+    """
+    key_ptr = ptr if key_ptr is None else key_ptr
     sizes = ptr[1:] - ptr[:-1]
-    lo = torch.repeat_interleave(ptr[:-1], sizes)
-    hi = torch.repeat_interleave(ptr[1:], sizes)
+    lo = torch.repeat_interleave(key_ptr[:-1], sizes)
+    hi = torch.repeat_interleave(key_ptr[1:], sizes)
     return lo.to(device), hi.to(device)

@@ -56,45 +56,51 @@ def _merge_topk(best: tuple[Tensor, Tensor], new: tuple[Tensor, Tensor], k: int)
     return scores[..., :k], index[..., :k]
 
 
-def topk_tiled(query: Tensor, key: Tensor, k: int, ptr: Tensor) -> tuple[Tensor, Tensor]:
-    """:func:`topk_blockwise` with the device's tile bounds: memory ``O(N·H·k)`` plus one bounded tile."""
+def topk_tiled(
+    query: Tensor, key: Tensor, k: int, ptr: Tensor, *, key_ptr: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """:func:`topk_blockwise` with the device's tile bounds: memory ``O(M·H·k)`` plus one bounded tile."""
     device = query.device.type if query.device.type in _TILE_ELEMENTS else "cuda"
-    return topk_blockwise(query, key, k, ptr, _TILE_ELEMENTS[device], _KEY_TILE[device])
+    return topk_blockwise(query, key, k, ptr, _TILE_ELEMENTS[device], _KEY_TILE[device], key_ptr=key_ptr)
 
 
 def topk_blockwise(
-    query: Tensor, key: Tensor, k: int, ptr: Tensor, tile_elements: int | None, key_tile: int | None
+    query: Tensor, key: Tensor, k: int, ptr: Tensor, tile_elements: int | None, key_tile: int | None,
+    *, key_ptr: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Exact top-k keys per query within its graph, a block of graphs and a tile of queries at a time.
 
     Args:
-        query: ``[N, H, d]`` queries. key: ``[N, H, d]`` keys. k: keys per query (``>= 1``).
-        ptr: ``[G + 1]`` validated CSR offsets of the graphs.
+        query: ``[M, H, d]`` queries. key: ``[N, H, d]`` keys. k: keys per query (``>= 1``).
+        ptr: ``[G + 1]`` validated CSR offsets of the queries' graphs.
         tile_elements: score elements per (query tile × key tile); ``None``: a whole block at once.
         key_tile: keys per key tile; ``None``: a whole block (backend ``"dense"`` passes both ``None``).
+        key_ptr: ``[G + 1]`` offsets of the keys' graphs; default ``ptr`` (``M == N``).
 
     Returns:
-        ``(scores, index)``: ``[N, H, k]`` descending scores (query dtype) and int64 global key indices,
-        ties broken by lower index; ``-inf``/``-1`` beyond a graph's size.
+        ``(scores, index)``: ``[M, H, k]`` descending scores (query dtype) and int64 global key indices,
+        ties broken by lower index; ``-inf``/``-1`` beyond the size of the query's key graph.
     """
-    num_nodes, heads, _ = query.shape
-    scores_out = query.new_full((num_nodes, heads, k), float("-inf"))
-    index_out = torch.full((num_nodes, heads, k), -1, dtype=torch.long, device=query.device)
-    lo, hi = node_graph_bounds(ptr, query.device)
+    num_queries, heads, _ = query.shape
+    scores_out = query.new_full((num_queries, heads, k), float("-inf"))
+    index_out = torch.full((num_queries, heads, k), -1, dtype=torch.long, device=query.device)
+    lo, hi = node_graph_bounds(ptr, query.device, key_ptr)
     # Half types are ranked in float32 like the fused and Triton kernels do: a float16 product overflows
     # at 65,504 and ties every large score at inf, which would select by index instead of by score.
     rank_dtype = torch.promote_types(query.dtype, torch.float32)
     query_h, key_h = query.transpose(0, 1).to(rank_dtype), key.transpose(0, 1).to(rank_dtype)
-    blocks = graph_blocks(ptr, MIN_BLOCK_NODES)
+    blocks = graph_blocks(ptr, MIN_BLOCK_NODES, key_ptr)
     for block in blocks:
-        size = block.end - block.start
-        kt = size if key_tile is None else min(size, key_tile)
+        size, key_size = block.end - block.start, block.key_end - block.key_start
+        if size == 0 or key_size == 0:  # queries without keys keep -inf/-1; keys without queries: nothing
+            continue
+        kt = key_size if key_tile is None else min(key_size, key_tile)
         qt = size if tile_elements is None else max(1, tile_elements // (heads * kt))
         for q0 in range(block.start, block.end, qt):
             q1 = min(q0 + qt, block.end)
             best = None
-            for k0 in range(block.start, block.end, kt):
-                k1 = min(k0 + kt, block.end)
+            for k0 in range(block.key_start, block.key_end, kt):
+                k1 = min(k0 + kt, block.key_end)
                 scores = torch.matmul(query_h[:, q0:q1], key_h[:, k0:k1].transpose(1, 2))
                 if block.multi:
                     keys = torch.arange(k0, k1, device=query.device)

@@ -9,7 +9,10 @@ __all__ = ["check_query_key", "require_finite"]
 
 
 def check_query_key(query: Tensor, key: Tensor, k: int) -> None:
-    """Raise TypeError/ValueError unless query/key are matching [N, H, d] floats (H, d >= 1) and k >= 1."""
+    """Raise TypeError/ValueError unless query [M, H, d] and key [N, H, d] are floats (H, d >= 1) and k >= 1.
+
+    Whether M may differ from N depends on the graph layouts (:func:`kmipgt.ops.ragged.key_graph_ptr`).
+    """
     for name, tensor in (("query", query), ("key", key)):
         if not isinstance(tensor, Tensor):
             raise TypeError(f"`{name}` must be a torch.Tensor, got {type(tensor).__name__}")
@@ -23,10 +26,10 @@ def check_query_key(query: Tensor, key: Tensor, k: int) -> None:
                 f"`{name}` must have shape [N, H, d] with H >= 1 heads and head dimension d >= 1, "
                 f"got {tuple(tensor.shape)}"
             )
-    if query.shape != key.shape:
+    if query.shape[1:] != key.shape[1:]:
         raise ValueError(
-            f"`query` and `key` must have the same shape [N, H, d], got {tuple(query.shape)} and "
-            f"{tuple(key.shape)}"
+            f"`query` and `key` must have the same shape [N, H, d] apart from their rows, got "
+            f"{tuple(query.shape)} and {tuple(key.shape)}"
         )
     if query.dtype != key.dtype or query.device != key.device:
         raise TypeError("`query` and `key` must share dtype and device")

@@ -12,9 +12,9 @@ from torch import Tensor
 
 # Imported for its side effect: every backend module registers itself.
 import kmipgt.ops.search.backends  # noqa: F401
-from kmipgt.ops.ragged import graph_ptr
+from kmipgt.ops.ragged import graph_ptr, key_graph_ptr
 from kmipgt.ops.search.checks import check_query_key, require_finite
-from kmipgt.ops.search.registry import auto_backend, get_backend, registered_backends
+from kmipgt.ops.search.registry import SearchBackend, auto_backend, get_backend, registered_backends
 
 __all__ = ["APPROXIMATE_BACKENDS", "SEARCH_BACKENDS", "Backend", "topk_inner_product"]
 
@@ -32,6 +32,8 @@ def topk_inner_product(
     *,
     ptr: Tensor | None = None,
     batch: Tensor | None = None,
+    key_ptr: Tensor | None = None,
+    key_batch: Tensor | None = None,
     backend: Backend = "auto",
     nlist: int | None = None,
     nprobe: int | None = None,
@@ -41,14 +43,20 @@ def topk_inner_product(
 
     For query :math:`i` of graph :math:`g`, returns :math:`T_k(i) = \operatorname{argtop-}k_{j \in g}\,
     q_i \cdot k_j`, exactly (approximately for ``"ivf"``/``"faiss"``), ordered by decreasing score with
-    ties broken by lower key index.
+    ties broken by lower key index. Queries and keys are usually the same nodes (``M == N``, one layout);
+    with ``key_ptr``/``key_batch`` the keys form graphs of their own (query ``i`` of graph ``g`` searches the
+    keys of graph ``g``), e.g. one rank's queries against another rank's keys.
 
     Args:
-        query: ``[N, H, d]`` queries, node-major (PyG layout), H heads.
-        key: ``[N, H, d]`` keys.
+        query: ``[M, H, d]`` queries, node-major (PyG layout), H heads.
+        key: ``[N, H, d]`` keys (``N == M`` unless ``key_ptr``/``key_batch`` is given).
         k: number of keys per query (``>= 1``).
-        ptr: ``[G + 1]`` CSR offsets of the graphs (``Batch.ptr``).
-        batch: ``[N]`` sorted graph id per node (``Batch.batch``). Neither: one graph.
+        ptr: ``[G + 1]`` CSR offsets of the queries' graphs (``Batch.ptr``).
+        batch: ``[M]`` sorted graph id per query (``Batch.batch``). Neither: one graph.
+        key_ptr: ``[G + 1]`` CSR offsets of the keys' graphs, or key_batch: ``[N]`` their sorted graph ids
+            (the same G graphs as the queries'). Neither: the keys are laid out as the queries. Taken by
+            the backends ``"torch"``, ``"dense"``, ``"fused"``, ``"ivf"`` and ``"auto"`` (which picks the
+            fastest exact one); the others raise ValueError where the keys' layout differs from the queries'.
         backend: exact: ``"auto"`` (the fastest exact search for the device: ``"fused"`` on CPU,
             ``"triton"`` on CUDA when installed, else ``"torch"``), ``"fused"`` (C++ kernel that never
             writes scores to memory, CPU; float64 is not supported), ``"triton"`` (the same on CUDA;
@@ -64,19 +72,35 @@ def topk_inner_product(
             and differ between backends.
 
     Returns:
-        ``(scores, index)``: ``[N, H, k]`` scores in the query dtype and ``[N, H, k]`` int64 global key
-        indices. Where a graph has fewer than k nodes (or an approximate search found fewer than k
-        keys) the trailing slots hold index ``-1`` and score ``-inf``. Half-precision inputs are ranked
+        ``(scores, index)``: ``[M, H, k]`` scores in the query dtype and ``[M, H, k]`` int64 global key
+        indices in ``[0, N)``. Where a graph has fewer than k keys (or an approximate search found fewer
+        than k keys) the trailing slots hold index ``-1`` and score ``-inf``. Half-precision inputs are ranked
         by float32 scores on every backend; a returned score beyond the half range saturates to ``±inf``.
     """
     check_query_key(query, key, k)
     if check_finite:
         require_finite(query=query, key=key)
     ptr = graph_ptr(query.shape[0], ptr=ptr, batch=batch)
+    key_ptr = key_graph_ptr(ptr, key.shape[0], key_ptr=key_ptr, key_batch=key_batch)
+    # Backends see `key_ptr` only where the layouts differ, so the M == N path stays that of every backend.
+    layout = {} if key_ptr is None else {"key_ptr": key_ptr}
     chosen = None if backend == "auto" else get_backend(backend)
+    if chosen is not None and key_ptr is not None:
+        _require_queries_differ(chosen)
     if chosen is not None and not chosen.exact:
-        return chosen.search(query, key, k, ptr, nlist=nlist, nprobe=nprobe)
+        return chosen.search(query, key, k, ptr, nlist=nlist, nprobe=nprobe, **layout)
     if nlist is not None or nprobe is not None:
         raise ValueError(f"`nlist`/`nprobe` only apply to backends {APPROXIMATE_BACKENDS}, got {backend!r}")
     # Resolved after the option check: choosing may build the fused kernel.
-    return (chosen or auto_backend(query.device.type, query.dtype)).search(query, key, k, ptr)
+    chosen = chosen or auto_backend(query.device.type, query.dtype, queries_differ=key_ptr is not None)
+    return chosen.search(query, key, k, ptr, **layout)
+
+
+def _require_queries_differ(backend: SearchBackend) -> None:
+    """ValueError unless ``backend`` searches keys laid out in graphs of their own (its registry flag)."""
+    if not backend.queries_differ:
+        supporting = ("auto", *(b.name for b in registered_backends().values() if b.queries_differ))
+        raise ValueError(
+            f"backend {backend.name!r} searches only keys laid out as the queries (the same graphs, M == N); "
+            f"for keys with a layout of their own (`key_ptr`/`key_batch`) use one of {supporting}"
+        )

@@ -232,21 +232,25 @@ def group_probes(probes: Tensor, num_segments: int) -> tuple[Tensor, Tensor]:
     return probe_ptr, probe_query
 
 
-def topk_fused(query: Tensor, key: Tensor, k: int, ptr: Tensor) -> tuple[Tensor, Tensor]:
+def topk_fused(
+    query: Tensor, key: Tensor, k: int, ptr: Tensor, *, key_ptr: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """Exact top-k keys per query within its own graph, with the fused CPU kernel.
 
     Args:
-        query: ``[N, H, d]`` CPU queries (float32, float16 or bfloat16; searched in float32).
+        query: ``[M, H, d]`` CPU queries (float32, float16 or bfloat16; searched in float32).
         key: ``[N, H, d]`` CPU keys, same dtype.
         k: keys per query (``>= 1``).
-        ptr: ``[G + 1]`` validated CSR offsets of the graphs (:func:`kmipgt.ops.graph_ptr`).
+        ptr: ``[G + 1]`` validated CSR offsets of the queries' graphs (:func:`kmipgt.ops.graph_ptr`).
+        key_ptr: ``[G + 1]`` offsets of the keys' graphs; default ``ptr`` (the queries are the nodes).
 
     Returns:
-        ``(scores, index)``: ``[N, H, k]`` descending scores (query dtype) and int64 global key indices,
-        ties broken by lower index; ``-inf``/``-1`` in slots beyond a graph's size.
+        ``(scores, index)``: ``[M, H, k]`` descending scores (query dtype) and int64 global key indices,
+        ties broken by lower index; ``-inf``/``-1`` in slots beyond the size of the query's key graph.
 
     Raises:
         RuntimeError: if the kernel cannot be built here (:func:`fused_library` returned ``None``).
     """
+    # Graph g is key segment g, probed by its queries ptr[g]:ptr[g + 1]: the kernel already takes M != N.
     rows = torch.arange(query.shape[0])
-    return probe_topk_fused(query, key, k, ptr, ptr, rows)
+    return probe_topk_fused(query, key, k, ptr if key_ptr is None else key_ptr, ptr, rows)

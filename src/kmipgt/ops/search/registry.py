@@ -17,9 +17,11 @@ from torch import Tensor
 
 __all__ = ["SearchBackend", "auto_backend", "get_backend", "importable", "register", "registered_backends"]
 
-# ``search(query, key, k, ptr, **options)`` with validated ``[N, H, d]`` query/key, ``k >= 1`` and
-# ``[G + 1]`` CPU graph offsets; returns ``[N, H, k]`` scores and int64 global key indices. Approximate
-# backends take the options ``nlist`` and ``nprobe``; exact ones take none.
+# ``search(query, key, k, ptr, **options)`` with validated ``[M, H, d]`` query, ``[N, H, d]`` key, ``k >= 1``
+# and ``[G + 1]`` CPU graph offsets of the queries; returns ``[M, H, k]`` scores and int64 global key indices.
+# Approximate backends take the options ``nlist`` and ``nprobe``. Backends flagged ``queries_differ`` also
+# take ``key_ptr``, the ``[G + 1]`` offsets of the keys' graphs; the dispatcher passes it only where the
+# keys' layout differs from the queries' (otherwise ``M == N`` and the graphs coincide).
 SearchFunction = Callable[..., tuple[Tensor, Tensor]]
 
 
@@ -34,7 +36,7 @@ class SearchBackend:
         available: whether its optional package or compiler is present here (may build or import lazily).
         devices: device types it runs on; ``None``: any device torch runs on.
         dtypes: floating dtypes it takes; ``None``: any.
-        queries_differ: whether queries may be other points than the keys (``M != N``).
+        queries_differ: whether the keys may be laid out in graphs of their own (``key_ptr``, ``M != N``).
         auto_rank: order in which ``auto`` tries it (lower first); ``None``: ``auto`` never picks it.
     """
 
@@ -85,13 +87,16 @@ def get_backend(name: str) -> SearchBackend:
     return _BACKENDS[name]
 
 
-def auto_backend(device_type: str, dtype: torch.dtype) -> SearchBackend:
-    """The backend ``auto`` uses: the lowest ``auto_rank`` that takes the device and dtype and is available.
+def auto_backend(device_type: str, dtype: torch.dtype, *, queries_differ: bool = False) -> SearchBackend:
+    """The backend ``auto`` uses: the lowest ``auto_rank`` that takes the device and dtype and is available
+    (and, with ``queries_differ``, searches keys laid out in graphs of their own).
 
     Availability is asked last, so a backend is only built or imported for inputs it would search.
     """
     ranked = sorted((b for b in _BACKENDS.values() if b.auto_rank is not None), key=lambda b: b.auto_rank)
     for backend in ranked:
+        if queries_differ and not backend.queries_differ:
+            continue
         if backend.takes(device_type, dtype) and backend.available():
             return backend
     raise ValueError(f"no registered exact search backend takes {dtype} tensors on {device_type!r}")

@@ -11,8 +11,12 @@ from kmipgt.ops.search.registry import SearchBackend, register
 __all__ = ["topk_fused_or_torch"]
 
 
-def topk_fused_or_torch(query: Tensor, key: Tensor, k: int, ptr: Tensor) -> tuple[Tensor, Tensor]:
-    """Fused-kernel search of ``[N, H, d]`` CPU query/key -> ``[N, H, k]`` scores and indices.
+def topk_fused_or_torch(
+    query: Tensor, key: Tensor, k: int, ptr: Tensor, *, key_ptr: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """Fused-kernel search of ``[M, H, d]`` CPU queries among ``[N, H, d]`` keys -> ``[M, H, k]`` results.
+
+    ``ptr``/``key_ptr`` lay out the queries'/keys' graphs (``key_ptr`` default ``ptr``).
 
     Falls back to the blockwise torch search where the kernel cannot be built (``fused_library()`` has
     warned), so ``backend="fused"`` works on every CPU; CUDA tensors and float64 are refused.
@@ -22,12 +26,12 @@ def topk_fused_or_torch(query: Tensor, key: Tensor, k: int, ptr: Tensor) -> tupl
     if query.dtype not in FUSED_DTYPES:
         raise TypeError(f"backend='fused' takes {FUSED_DTYPES}, got {query.dtype}; use backend='torch'")
     if fused_library() is None:
-        return topk_tiled(query, key, k, ptr)
-    return topk_fused(query, key, k, ptr)
+        return topk_tiled(query, key, k, ptr, key_ptr=key_ptr)
+    return topk_fused(query, key, k, ptr, key_ptr=key_ptr)
 
 
 # `available` is for `auto`: only where the kernel builds (the backend itself falls back to torch silently).
 register(SearchBackend(
     name="fused", search=topk_fused_or_torch, exact=True, available=lambda: fused_library() is not None,
-    devices=("cpu",), dtypes=FUSED_DTYPES, auto_rank=0,
+    devices=("cpu",), dtypes=FUSED_DTYPES, queries_differ=True, auto_rank=0,
 ))

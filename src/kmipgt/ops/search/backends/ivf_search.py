@@ -126,15 +126,16 @@ def _probe_topk_torch(
 ) -> tuple[Tensor, Tensor]:
     """Any-device probe phase: per inverted list, ``matmul`` + top-k for its queries, then a merge per query.
 
-    ``query``, ``sorted_keys`` (grouped by list) ``[n, d]``, ``probes`` ``[n, nprobe]``; -> ``[n, k]``.
+    query ``[m, d]``, ``sorted_keys`` ``[n, d]`` (grouped by list), ``probes`` ``[m, nprobe]`` -> ``[m, k]``.
     """
-    n, nprobe = probes.shape
+    m, nprobe = probes.shape
+    n = sorted_keys.shape[0]
     starts, ends = key_ptr[:-1].tolist(), key_ptr[1:].tolist()
     # Each chunk costs one Python iteration per list: on a GPU, fewer and larger chunks.
     elements = _CHUNK_ELEMENTS * (4 if query.device.type == "cuda" else 1)
     chunk = max(1, elements // (nprobe * (query.shape[1] + 2 * k)))
     scores_out, index_out = [], []
-    for c0 in range(0, n, chunk):
+    for c0 in range(0, m, chunk):
         chunk_probes = probes[c0 : c0 + chunk]
         rows = chunk_probes.shape[0]
         pair_order = chunk_probes.flatten().argsort(stable=True)
@@ -159,8 +160,8 @@ def _probe_topk_torch(
 
 
 def _ivf_one(query: Tensor, key: Tensor, k: int, nlist: int, nprobe: int, seed: int) -> tuple[Tensor, Tensor]:
-    """IVF search of one (graph, head): ``query``/``key`` ``[n, d]`` -> ``[n, k]`` scores, local indices."""
-    n = key.shape[0]
+    """IVF search of one (graph, head): query ``[m, d]``, key ``[n, d]`` -> ``[m, k]`` scores, key indices."""
+    m = query.shape[0]
     generator = torch.Generator().manual_seed(seed)
     work = query.float() if query.dtype in (torch.float16, torch.bfloat16) else query
     lifted_query, lifted_key = lift(work, key.to(work.dtype))
@@ -171,7 +172,7 @@ def _ivf_one(query: Tensor, key: Tensor, k: int, nlist: int, nprobe: int, seed: 
     probes = _top_centroids(lifted_query, centroids, radii, nprobe)
     sorted_keys = key[key_order]
     if query.device.type == "cpu" and query.dtype in FUSED_DTYPES and fused_library() is not None:
-        block = max(96, -(-n // (4 * torch.get_num_threads())))
+        block = max(96, -(-m // (4 * torch.get_num_threads())))
         # float32 throughout: the first call's scores are the second call's thresholds.
         query32, keys32 = query.float()[:, None], sorted_keys.float()[:, None]
         found = None
@@ -204,6 +205,7 @@ def topk_ivf(
     k: int,
     ptr: Tensor,
     *,
+    key_ptr: Tensor | None = None,
     nlist: int | None = None,
     nprobe: int | None = None,
     seed: int = 0,
@@ -211,53 +213,71 @@ def topk_ivf(
     """Approximate top-k keys per query within each graph, by an inverted-file index per (graph, head).
 
     Args:
-        query: ``[N, H, d]`` queries (any float dtype, CPU or CUDA).
+        query: ``[M, H, d]`` queries (any float dtype, CPU or CUDA).
         key: ``[N, H, d]`` keys.
         k: keys per query.
-        ptr: ``[G + 1]`` validated CSR offsets of the graphs.
-        nlist: inverted lists per (graph, head); default :func:`default_nlist` of the graph size,
-            clamped to the graph size.
+        ptr: ``[G + 1]`` validated CSR offsets of the queries' graphs.
+        key_ptr: ``[G + 1]`` offsets of the keys' graphs; default ``ptr`` (the queries are the nodes).
+        nlist: inverted lists per (graph, head); default :func:`default_nlist` of the graph's key count,
+            clamped to it.
         nprobe: lists probed per query; default :func:`default_nprobe`. ``nprobe >= nlist`` is exact.
         seed: seed of the k-means initialisation (results are deterministic for fixed inputs).
 
     Returns:
-        ``(scores, index)``: ``[N, H, k]`` descending exact scores of the keys found and their int64
-        global indices; ``-inf``/``-1`` where fewer than k keys were found (graphs smaller than k, or
-        probed lists holding fewer than k keys). Graphs below ``ivf_common.IVF_MIN_NODES`` nodes are
+        ``(scores, index)``: ``[M, H, k]`` descending exact scores of the keys found and their int64
+        global indices; ``-inf``/``-1`` where fewer than k keys were found (graphs with fewer than k keys,
+        or probed lists holding fewer than k keys). Graphs below ``ivf_common.IVF_MIN_NODES`` keys are
         searched exactly (by the ``auto`` backend).
     """
     check_option("nlist", nlist)
     check_option("nprobe", nprobe)
-    num_nodes, heads, _ = query.shape
+    num_queries, heads, _ = query.shape
     query, key = query.detach(), key.detach()
-    scores_out = query.new_full((num_nodes, heads, k), float("-inf"))
-    index_out = torch.full((num_nodes, heads, k), -1, dtype=torch.long, device=query.device)
-    sizes = (ptr[1:] - ptr[:-1]).tolist()
-    min_nodes = ivf_common.IVF_MIN_NODES
-    small = [g for g, size in enumerate(sizes) if 0 < size < min_nodes]
+    scores_out = query.new_full((num_queries, heads, k), float("-inf"))
+    index_out = torch.full((num_queries, heads, k), -1, dtype=torch.long, device=query.device)
+    queries_differ = key_ptr is not None
+    key_ptr = ptr if key_ptr is None else key_ptr
+    sizes, key_sizes = (ptr[1:] - ptr[:-1]).tolist(), (key_ptr[1:] - key_ptr[:-1]).tolist()
+    # Graphs with queries and keys, by key count (with M == N every non-empty graph).
+    searched = [g for g, (size, key_size) in enumerate(zip(sizes, key_sizes)) if size > 0 and key_size > 0]
+    small = [g for g in searched if key_sizes[g] < ivf_common.IVF_MIN_NODES]
     if small:
-        rows = torch.cat([torch.arange(int(ptr[g]), int(ptr[g + 1])) for g in small]).to(query.device)
-        small_ptr = torch.cat(
-            [torch.zeros(1, dtype=torch.long), torch.tensor([sizes[g] for g in small]).cumsum(0)]
-        )
-        exact = auto_backend(query.device.type, query.dtype)
-        scores, index = exact.search(query[rows], key[rows], k, small_ptr)
-        found = index >= 0
-        index[found] = rows[index[found]]
-        scores_out[rows], index_out[rows] = scores, index
-    for g, size in enumerate(sizes):
-        if size < min_nodes:
+        _search_exactly(query, key, k, ptr, key_ptr, small, queries_differ, (scores_out, index_out))
+    for g in searched:
+        if key_sizes[g] < ivf_common.IVF_MIN_NODES:
             continue
-        start = int(ptr[g])
-        lists = min(size, nlist if nlist is not None else default_nlist(size))
+        (q0, q1), (k0, k1) = ptr[g : g + 2].tolist(), key_ptr[g : g + 2].tolist()
+        lists = min(k1 - k0, nlist if nlist is not None else default_nlist(k1 - k0))
         probes = min(lists, nprobe if nprobe is not None else default_nprobe(lists))
         for h in range(heads):
-            scores, index = _ivf_one(
-                query[start : start + size, h], key[start : start + size, h], k, lists, probes, seed
-            )
-            scores_out[start : start + size, h] = scores
-            index_out[start : start + size, h] = torch.where(index >= 0, index + start, -1)
+            scores, index = _ivf_one(query[q0:q1, h], key[k0:k1, h], k, lists, probes, seed)
+            scores_out[q0:q1, h] = scores
+            index_out[q0:q1, h] = torch.where(index >= 0, index + k0, -1)
     return scores_out, index_out
 
 
-register(SearchBackend(name="ivf", search=topk_ivf, exact=False, available=lambda: True))
+def _search_exactly(
+    query: Tensor, key: Tensor, k: int, ptr: Tensor, key_ptr: Tensor, graphs: list[int], queries_differ: bool,
+    out: tuple[Tensor, Tensor],
+) -> None:
+    """Exact search (by ``auto``) of the small ``graphs``, gathered into one batch, written into ``out``."""
+
+    def rows_of(layout: Tensor) -> Tensor:
+        return torch.cat([torch.arange(int(layout[g]), int(layout[g + 1])) for g in graphs]).to(query.device)
+
+    def offsets(layout: Tensor) -> Tensor:
+        sizes = torch.tensor([int(layout[g + 1] - layout[g]) for g in graphs])
+        return torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
+
+    rows, key_rows = rows_of(ptr), rows_of(key_ptr)
+    exact = auto_backend(query.device.type, query.dtype, queries_differ=queries_differ)
+    layout = {"key_ptr": offsets(key_ptr)} if queries_differ else {}
+    scores, index = exact.search(query[rows], key[key_rows], k, offsets(ptr), **layout)
+    found = index >= 0
+    index[found] = key_rows[index[found]]
+    out[0][rows], out[1][rows] = scores, index
+
+
+register(SearchBackend(
+    name="ivf", search=topk_ivf, exact=False, available=lambda: True, queries_differ=True
+))
