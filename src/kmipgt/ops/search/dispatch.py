@@ -18,7 +18,7 @@ from kmipgt.ops.search.registry import SearchBackend, auto_backend, get_backend,
 
 __all__ = ["APPROXIMATE_BACKENDS", "SEARCH_BACKENDS", "Backend", "topk_inner_product"]
 
-# The backend names for type checkers; tests/test_ops_registry.py checks they equal SEARCH_BACKENDS.
+# The backend names for type checkers; tests/ops/test_registry.py checks they equal SEARCH_BACKENDS.
 Backend = Literal["auto", "torch", "dense", "keops", "fused", "triton", "ivf", "faiss"]
 SEARCH_BACKENDS: tuple[str, ...] = ("auto", *registered_backends())
 # Backends that may miss some of the true top-k (their recall is reported by `kmipgt bench search`).

@@ -1,7 +1,7 @@
 """The search backends, one module each; importing this package registers them all.
 
 A backend module may import the shared modules of :mod:`kmipgt.ops.search` (registry, checks, blockwise
-search, kernels, IVF helpers) but never another backend or the dispatcher (tests/test_ops_registry.py).
+search, kernels, IVF helpers) but never another backend or the dispatcher (tests/ops/test_registry.py).
 """
 
 # The registration order is the listing order of `kmipgt.ops.SEARCH_BACKENDS`: exact, then approximate.
