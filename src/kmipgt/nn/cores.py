@@ -59,7 +59,10 @@ class AttentionCore(torch.nn.Module):
 
 # Arguments of ops.kmip_attention that KMIPCore fills itself; every other keyword (nlist, nprobe, scale,
 # check_finite, ...) is a search option passed through unchanged, so one that ops gains needs no change here.
-_KMIP_OWN_ARGS = {"query", "key", "value", "k", "ptr", "batch", "dropout_p", "backend", "return_selection"}
+_KMIP_OWN_ARGS = {
+    "query", "key", "value", "k", "ptr", "batch", "key_ptr", "key_batch", "dropout_p", "backend",
+    "return_selection",
+}
 KMIP_SEARCH_OPTIONS = tuple(
     name for name in inspect.signature(ops.kmip_attention).parameters if name not in _KMIP_OWN_ARGS
 )
