@@ -2,6 +2,7 @@
 
 import csv
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,16 @@ from kmipgt.cli import main
 from kmipgt.train import build_model
 from kmipgt.train.config import config_to_dict, load_config
 from kmipgt.train.datasets import PreparedData
-from kmipgt.train.sweep import cell_dir, cell_overrides, expand, format_value, load_sweep, run_sweep
+from kmipgt.train.sweep import (
+    cell_dir,
+    cell_overrides,
+    expand,
+    format_value,
+    load_sweep,
+    numeric_axis,
+    plot_summary,
+    run_sweep,
+)
 
 REPO = Path(__file__).parents[2]
 TINY_CITY = {
@@ -163,3 +173,16 @@ def test_shipped_sweeps_expand_into_configs_that_build(path, monkeypatch):
         data = PreparedData(config.task.level, None, None, in_channels=40, edge_channels=1, out_channels=10,
                             name=config.data.name)
         build_model(config, data)
+
+
+def test_one_numeric_grid_key_is_plotted_against_its_values(tmp_path):
+    entry = {"test_mean": 0.5, "test_std": 0.01, "seconds_per_epoch_mean": 1.0}
+    entry["seconds_per_epoch_std"] = math.nan
+    summary = [{**entry, "model.k": k} for k in ("16", "1", "4")]  # rows hold values as text
+    assert numeric_axis(summary, ["model.k"]) == [16.0, 1.0, 4.0]
+    assert numeric_axis([{**entry, "lr": 0.001}], ["lr"]) == [0.001]
+    assert numeric_axis([{**entry, "model.attention": "kmip"}], ["model.attention"]) is None
+    assert numeric_axis([{**entry, "a": 1, "b": 2}], ["a", "b"]) is None
+    assert numeric_axis([{**entry, "flag": True}, {**entry, "flag": "true"}], ["flag"]) is None
+    plot_summary(tmp_path / "k.png", summary, ["model.k"], "accuracy")
+    assert (tmp_path / "k.png").stat().st_size > 0

@@ -331,14 +331,51 @@ def summary_markdown(sweep: Sweep, summary: list[dict[str, Any]], metric: str, c
     return "\n".join(lines)
 
 
+def numeric_axis(summary: list[dict[str, Any]], group_keys: list[str]) -> list[float] | None:
+    """The values of the one grid key besides ``seed`` when all are numbers (a sweep over k, N, ...)."""
+    if len(group_keys) != 1:
+        return None
+    numbers = [_number(entry[group_keys[0]]) for entry in summary]
+    return None if None in numbers else numbers
+
+
+def _number(value: Any) -> float | None:
+    """``value`` as a float (rows hold grid values as their text, ``"16"``), or None; booleans are not."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _errors(summary: list[dict[str, Any]], name: str) -> list[float]:
+    return [0.0 if math.isnan(entry[f"{name}_std"]) else entry[f"{name}_std"] for entry in summary]
+
+
 def plot_summary(path: Path, summary: list[dict[str, Any]], group_keys: list[str], metric: str) -> None:
-    """Bar chart of each group's mean test metric with its sample std as error bar."""
-    labels = [_group_label(entry, group_keys).replace(" ", "\n") for entry in summary]
+    """Each group's mean test metric with its sample std as error bar: against the grid key when it is
+    one numeric key (with seconds per epoch on a second axis), else as bars."""
     means = [entry["test_mean"] for entry in summary]
-    errors = [0.0 if math.isnan(entry["test_std"]) else entry["test_std"] for entry in summary]
-    fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(summary) + 1.5), 4))
-    ax.bar(range(len(summary)), means, yerr=errors, capsize=4, color="tab:blue")
-    ax.set_xticks(range(len(summary)), labels, fontsize=8, rotation=30, ha="right")
+    axis = numeric_axis(summary, group_keys)
+    fig, ax = plt.subplots(figsize=(6.5, 4) if axis else (max(4.0, 1.2 * len(summary) + 1.5), 4))
+    if axis:
+        order = sorted(range(len(axis)), key=axis.__getitem__)
+        x = [axis[i] for i in order]
+        ax.errorbar(x, [means[i] for i in order], [_errors(summary, "test")[i] for i in order],
+                    marker="o", capsize=4, color="tab:blue")
+        if min(x) > 0 and max(x) >= 8 * min(x):
+            ax.set_xscale("log", base=2)
+        ax.set_xlabel(group_keys[0])
+        time = ax.twinx()
+        time.errorbar(x, [summary[i]["seconds_per_epoch_mean"] for i in order],
+                      [_errors(summary, "seconds_per_epoch")[i] for i in order],
+                      marker="s", linestyle="--", capsize=3, color="tab:gray")
+        time.set_ylabel("seconds per epoch (dashed)")
+    else:
+        labels = [_group_label(entry, group_keys).replace(" ", "\n") for entry in summary]
+        ax.bar(range(len(summary)), means, yerr=_errors(summary, "test"), capsize=4, color="tab:blue")
+        ax.set_xticks(range(len(summary)), labels, fontsize=8, rotation=30, ha="right")
     ax.set(ylabel=f"test {metric}", title=f"test {metric}: mean ± std over seeds")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
