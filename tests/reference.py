@@ -9,20 +9,27 @@ import torch
 from torch import Tensor
 
 
-def reference_topk(query: Tensor, key: Tensor, k: int, ptr: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """Top-k by (score desc, index asc) with numpy's lexsort over each graph's full score matrix."""
+def reference_topk(
+    query: Tensor, key: Tensor, k: int, ptr: list[int], key_ptr: list[int] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k by (score desc, index asc) with numpy's lexsort over each graph's full score matrix.
+
+    ``key_ptr``: the keys' own graph offsets (default ``ptr``: the keys are the queries' nodes).
+    """
     q, kk = query.detach().double().numpy(), key.detach().double().numpy()
     num_nodes, heads, _ = q.shape
+    ptr = [int(p) for p in ptr]
+    key_ptr = ptr if key_ptr is None else [int(p) for p in key_ptr]
     scores = np.full((num_nodes, heads, k), -np.inf)
     index = np.full((num_nodes, heads, k), -1, dtype=np.int64)
-    for start, end in itertools.pairwise(ptr):
-        width = min(k, end - start)
+    for (q0, q1), (k0, k1) in zip(itertools.pairwise(ptr), itertools.pairwise(key_ptr), strict=True):
+        width = min(k, k1 - k0)
         for h in range(heads):
-            block = q[start:end, h] @ kk[start:end, h].T
-            for row in range(end - start):
-                order = np.lexsort((np.arange(end - start), -block[row]))[:width]
-                scores[start + row, h, :width] = block[row, order]
-                index[start + row, h, :width] = order + start
+            block = q[q0:q1, h] @ kk[k0:k1, h].T
+            for row in range(q1 - q0):
+                order = np.lexsort((np.arange(k1 - k0), -block[row]))[:width]
+                scores[q0 + row, h, :width] = block[row, order]
+                index[q0 + row, h, :width] = order + k0
     return scores, index
 
 

@@ -19,6 +19,7 @@ import kmipgt.ops.search.registry as registry
 from kmipgt.ops import full_attention, kmip_attention, topk_inner_product
 from kmipgt.ops.search.blockwise import topk_blockwise
 from kmipgt.ops.search.fused_kernel import fused_library
+from reference import reference_topk
 
 SUPPORTING = ("torch", "dense", "fused")  # the exact ones; "ivf" is tested on its own below
 UNSUPPORTING = tuple(name for name in registry.registered_backends() if name not in (*SUPPORTING, "ivf"))
@@ -56,26 +57,9 @@ def _inputs(query_sizes=QUERY_SIZES, key_sizes=KEY_SIZES, **kwargs):
     return query, key, value, _ptr(query_sizes), _ptr(key_sizes)
 
 
-def _reference_topk(query, key, k, ptr, key_ptr):
-    """Top-k by (score desc, key index asc) with numpy's lexsort over each graph's full score matrix."""
-    q, kk = query.double().numpy(), key.double().numpy()
-    scores = np.full((q.shape[0], q.shape[1], k), -np.inf)
-    index = np.full(scores.shape, -1, dtype=np.int64)
-    for g in range(len(ptr) - 1):
-        (q0, q1), (k0, k1) = ptr[g : g + 2].tolist(), key_ptr[g : g + 2].tolist()
-        width = min(k, k1 - k0)
-        for h in range(q.shape[1]):
-            block = q[q0:q1, h] @ kk[k0:k1, h].T
-            for row in range(q1 - q0):
-                order = np.lexsort((np.arange(k1 - k0), -block[row]))[:width]
-                scores[q0 + row, h, :width] = block[row, order]
-                index[q0 + row, h, :width] = order + k0
-    return scores, index
-
-
 def _reference_attention(query, key, value, k, ptr, key_ptr):
     """Dense masked softmax per graph (differentiable): -inf outside the reference top-k; 0 without keys."""
-    _, index = _reference_topk(query.detach(), key.detach(), k, ptr, key_ptr)
+    _, index = reference_topk(query.detach(), key.detach(), k, ptr, key_ptr)
     scale = query.shape[-1] ** -0.5
     rows = []
     for g in range(len(ptr) - 1):
@@ -118,7 +102,7 @@ def test_topk_searches_each_querys_own_key_graph(backend, query_sizes, key_sizes
     query, key, _, ptr, key_ptr = _inputs(query_sizes, key_sizes, dtype=torch.float32, integer=True)
     result = topk_inner_product(query, key, 4, ptr=ptr, key_ptr=key_ptr, backend=backend)
     assert result[0].shape == result[1].shape == (query.shape[0], 2, 4)
-    _assert_topk_equal(result, _reference_topk(query, key, 4, ptr, key_ptr))
+    _assert_topk_equal(result, reference_topk(query, key, 4, ptr, key_ptr))
 
 
 def test_key_batch_is_key_ptr():
@@ -136,14 +120,14 @@ def test_fused_without_its_kernel_falls_back_with_the_key_layout(monkeypatch):
     monkeypatch.setattr(fused_backend, "fused_library", lambda: None)
     query, key, _, ptr, key_ptr = _inputs(dtype=torch.float32, integer=True)
     result = topk_inner_product(query, key, 4, ptr=ptr, key_ptr=key_ptr, backend="fused")
-    _assert_topk_equal(result, _reference_topk(query, key, 4, ptr, key_ptr))
+    _assert_topk_equal(result, reference_topk(query, key, 4, ptr, key_ptr))
 
 
 @pytest.mark.parametrize(("tile_elements", "key_tile"), [(64, 3), (1000, 7), (None, None)])
 def test_blockwise_tiles_merge_across_key_tiles(tile_elements, key_tile):
     query, key, _, ptr, key_ptr = _inputs(dtype=torch.float64)
     result = topk_blockwise(query, key, 4, ptr, tile_elements, key_tile, key_ptr=key_ptr)
-    _assert_topk_equal(result, _reference_topk(query, key, 4, ptr, key_ptr))
+    _assert_topk_equal(result, reference_topk(query, key, 4, ptr, key_ptr))
 
 
 @pytest.mark.parametrize("backend", [*SUPPORTING, "auto"])
@@ -204,7 +188,7 @@ def test_auto_skips_a_faster_backend_without_key_layouts(monkeypatch):
     registry.register(eager)
     query, key, _, ptr, key_ptr = _inputs(dtype=torch.float32, integer=True)
     result = topk_inner_product(query, key, 4, ptr=ptr, key_ptr=key_ptr)
-    _assert_topk_equal(result, _reference_topk(query, key, 4, ptr, key_ptr))
+    _assert_topk_equal(result, reference_topk(query, key, 4, ptr, key_ptr))
 
 
 @pytest.mark.parametrize(
@@ -328,7 +312,7 @@ def test_ivf_probing_every_list_is_exact_with_a_key_layout(probe_kernel, monkeyp
         IVF_QUERY_SIZES, IVF_KEY_SIZES, dtype=torch.float32, integer=True
     )
     result = topk_inner_product(query, key, 12, ptr=ptr, key_ptr=key_ptr, backend="ivf", nlist=6, nprobe=6)
-    _assert_topk_equal(result, _reference_topk(query, key, 12, ptr, key_ptr))
+    _assert_topk_equal(result, reference_topk(query, key, 12, ptr, key_ptr))
     layout = {"ptr": ptr, "key_ptr": key_ptr}
     out = kmip_attention(query, key, value, 12, **layout, backend="ivf", nlist=6, nprobe=6)
     torch.testing.assert_close(out, kmip_attention(query, key, value, 12, **layout, backend="torch"))
@@ -337,7 +321,7 @@ def test_ivf_probing_every_list_is_exact_with_a_key_layout(probe_kernel, monkeyp
 def test_ivf_with_a_key_layout_finds_most_keys_and_scores_them_exactly(monkeypatch):
     monkeypatch.setattr(ivf_common, "IVF_MIN_NODES", 100)
     query, key, _, ptr, key_ptr = _inputs([300, 40], [900, 700], dtype=torch.float32)
-    _, ref_index = _reference_topk(query, key, 10, ptr, key_ptr)
+    _, ref_index = reference_topk(query, key, 10, ptr, key_ptr)
     scores, index = topk_inner_product(
         query, key, 10, ptr=ptr, key_ptr=key_ptr, backend="ivf", nlist=16, nprobe=4
     )
