@@ -1,7 +1,7 @@
 """Attention cores: what each global attention kind does with per-head query, key and value tokens.
 
-A core maps node-major tokens ``query, key [N, H, d]`` and ``value [N, H, d]`` of ragged PyG graphs to
-``[N, H, d]`` through ``forward(query, key, value, edge_index=None, batch=None)``; it never sees the node
+A core maps node-major tokens ``query, key [N, H, d]`` and ``value [N, H, d_v]`` of ragged PyG graphs to
+``[N, H, d_v]`` through ``forward(query, key, value, edge_index=None, batch=None)``; it never sees the node
 features nor the projections, which :class:`~kmipgt.nn.attention.ProjectedAttention` shares between
 kinds. Each core is built from the common sizes ``(heads, head_dim, dropout)`` and its kind-specific
 options (``attn_kwargs``), so a config can switch kinds and a benchmark can feed all of them the same
@@ -50,7 +50,8 @@ class AttentionCore(torch.nn.Module):
         edge_index: Tensor | None = None,
         batch: Tensor | None = None,
     ) -> Tensor:
-        """``query, key, value [N, H, d]``, ``edge_index [2, E]``, sorted ``batch [N]`` -> ``[N, H, d]``."""
+        """``query, key [N, H, d]``, ``value [N, H, d_v]``, ``edge_index [2, E]``, sorted ``batch [N]``
+        -> ``[N, H, d_v]``."""
         raise NotImplementedError
 
     def _dropout_p(self) -> float:

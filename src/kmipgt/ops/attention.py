@@ -274,9 +274,8 @@ def kmip_attention(
         topk_inner_product(query, key, k, **search)
         out = value.new_zeros(query.shape[0], value.shape[1], value.shape[2])
         return (out, _empty_selection(query)) if return_selection else out
-    key_sizes = ptr[1:] - ptr[:-1] if key_ptr is None else key_ptr[1:] - key_ptr[:-1]
     # Slots beyond the largest key graph would only ever hold padding.
-    k = min(k, int(key_sizes.max()))
+    k = min(k, int((ptr if key_ptr is None else key_ptr).diff().max()))
     with torch.no_grad():
         scores, index = topk_inner_product(query.detach(), key.detach(), k, **search, check_finite=False)
     scale = query.shape[-1] ** -0.5 if scale is None else float(scale)
