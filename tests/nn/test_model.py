@@ -4,6 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch_geometric.data import Batch, Data
+from torch_geometric.nn import GCNConv, SAGEConv
 
 from kmipgt.nn import FourierFeatures, GatedGCNLayer, GPSLayer, GraphTransformer
 
@@ -218,6 +219,23 @@ def test_gps_layer_without_residual_and_ffn_is_a_gcn_layer_plus_attention(attent
         expected = expected + layer.norm_attn(layer.attention(graph.x))
     torch.testing.assert_close(out, F.gelu(expected))
     assert not any(name.startswith(("ffn", "norm_ffn")) for name, _ in layer.named_parameters())
+
+
+@pytest.mark.parametrize("local", ["sage", "gcn"])
+def test_gps_layer_without_ffn_drops_out_once_like_pyg(local):
+    """In training, the layer without residual and FFN is PyG's BasicGNN step: conv, norm, activation,
+    one dropout (dropping the branch before the norm as well would drop it twice)."""
+    graph = _random_graph(40, channels=16)
+    layer = GPSLayer(16, local=local, attention="none", dropout=0.5, branch_residual=False, ffn=False)
+    conv = SAGEConv(16, 16) if local == "sage" else GCNConv(16, 16)
+    conv.load_state_dict(layer.local.state_dict())
+    norm = torch.nn.LayerNorm(16)
+    norm.load_state_dict(layer.norm_local.state_dict())
+    torch.manual_seed(3)
+    out, _ = layer.train()(graph.x, graph.edge_index)
+    torch.manual_seed(3)
+    expected = F.dropout(F.gelu(norm(conv(graph.x, graph.edge_index))), 0.5, training=True)
+    torch.testing.assert_close(out, expected)
 
 
 def test_gps_layer_branch_residual_reaches_gated_gcn():

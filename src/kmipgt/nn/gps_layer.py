@@ -157,9 +157,14 @@ class GPSLayer(torch.nn.Module):
             h, edge_attr = self.local(x, edge_index, edge_attr)
         else:
             args = (edge_attr,) if self.local_kind in EDGE_LOCAL_KINDS else ()
-            h = F.dropout(self.local(x, edge_index, *args), self.dropout, self.training)
+            h = self._branch_dropout(self.local(x, edge_index, *args))
             h = x + h if self.branch_residual else h
         return self.norm_local(h), edge_attr
+
+    def _branch_dropout(self, h: Tensor) -> Tensor:
+        # Without the FFN block the layer drops out once, after its activation, as PyG's BasicGNN does;
+        # dropping each branch too would drop the local branch twice per layer.
+        return F.dropout(h, self.dropout, self.training) if self.ffn else h
 
     def _act(self, x: Tensor) -> Tensor:
         return F.gelu(x) if self.activation == "gelu" else F.relu(x)
@@ -169,8 +174,7 @@ class GPSLayer(torch.nn.Module):
         return F.dropout(self.ffn_out(h), self.dropout, self.training)
 
     def _attention(self, x: Tensor, edge_index: Tensor, batch: Tensor | None, qk_x: Tensor | None) -> Tensor:
-        h = self.attention(x, edge_index, batch, qk_x=qk_x)
-        h = F.dropout(h, self.dropout, self.training)
+        h = self._branch_dropout(self.attention(x, edge_index, batch, qk_x=qk_x))
         if self.attention_gate is not None:
             return self.attention_gate * h
         return self.norm_attn(x + h if self.branch_residual else h)
