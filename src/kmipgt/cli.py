@@ -169,6 +169,12 @@ def _add_bench_search(bench: argparse._SubParsersAction) -> None:
     parser.add_argument("--nlist", type=int, default=None, help="IVF lists (ivf, faiss); default ~2·sqrt(N)")
     parser.add_argument("--nprobe", type=int, default=None, help="IVF lists probed (ivf, faiss)")
     parser.add_argument(
+        "--recall", type=float, default=None, help="ivf: calibrate nprobe per index to this recall@k target"
+    )
+    parser.add_argument(
+        "--clusters", type=int, default=None, help="queries and keys around this many centres (not Gaussian)"
+    )
+    parser.add_argument(
         "--tokens", default=None, help="query/key tokens saved by `kmipgt train --save-tokens`"
     )
     parser.add_argument("--recall-queries", type=int, default=1024, help="queries sampled for recall@k")
