@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from kmipgt.grf.edge_sums import weighted_kernel_sums
+from kmipgt.grf.edge_sums import FUSED_FEATURE_MAPS, normalised_kernel_attention, weighted_kernel_sums
 from kmipgt.grf.feature_maps import FEATURE_MAPS, apply_feature_map
 from kmipgt.grf.features import GRFMaskPattern, feature_values, grf_mask_values
 from kmipgt.grf.sparse import CSRPattern, sampled_dot, sparse_dense_matmul
@@ -63,6 +63,28 @@ def _graph_index(num_nodes: int, ptr: Tensor | None, batch: Tensor | None, devic
     """``[N]`` graph id per node from ``ptr`` ``[G + 1]`` or sorted ``batch`` ``[N]`` (neither: one graph)."""
     counts = graph_ptr(num_nodes, ptr=ptr, batch=batch).diff()
     return torch.repeat_interleave(torch.arange(counts.numel()), counts).to(device)
+
+
+def _head_major_features(
+    x: Tensor, feature_map: str, projection: Tensor | None, is_query: bool, graph: Tensor | None = None
+) -> Tensor:
+    """``φ(x)`` of ``[N, H, d]`` as contiguous ``[H, N, m]``. ReLU is applied in place on the head-major
+    copy: one ``[H, N, d]`` allocation instead of two, each faulting in fresh pages at large N (elu + 1
+    cannot: the in-place elu's backward needs its own output)."""
+    if feature_map == "relu":
+        return x.transpose(0, 1).clone(memory_format=torch.contiguous_format).relu_()
+    features = apply_feature_map(x, feature_map, projection=projection, is_query=is_query, graph=graph)
+    return _head_major(features)
+
+
+def _head_major_ones(value: Tensor) -> Tensor:
+    """``[N, H, d_v]`` -> contiguous ``[H, N, d_v + 1]`` ``[v, 1]``, in one allocation (pad, then a
+    head-major copy, took two)."""
+    n, heads, dim = value.shape
+    out = value.new_empty(heads, n, dim + 1)
+    out[..., :dim] = value.transpose(0, 1)
+    out[..., dim] = 1.0
+    return out
 
 
 def _head_major(x: Tensor) -> Tensor:
@@ -169,9 +191,9 @@ def masked_linear_attention(
             query, key, value, block, weights, feature_map, projection, None, global_weight, graph, eps,
             chunk_rows,
         )
-    phi_q = _head_major(apply_feature_map(query, feature_map, projection=projection, is_query=True))
-    phi_k = _head_major(apply_feature_map(key, feature_map, projection=projection, is_query=False))
-    value1 = _head_major(F.pad(value, (0, 1), value=1.0))
+    phi_q = _head_major_features(query, feature_map, projection, True)
+    phi_k = _head_major_features(key, feature_map, projection, False)
+    value1 = _head_major_ones(value)
     outer = _key_value_outer(phi_k, value1)
     m, e = outer.shape[2:]
     indices, values = _block_diagonal(features, heads, n)
@@ -222,7 +244,7 @@ def _edge_list_attention(
     indices = block if isinstance(block, CSRPattern) else CSRPattern.from_indices(block, heads * n)
     if bool((weights < 0).any()):
         raise ValueError("the mask (`features`) must be non-negative (keep f >= 0, e.g. with softplus)")
-    value1 = _head_major(F.pad(value, (0, 1), value=1.0))
+    value1 = _head_major_ones(value)
     flat_value1 = value1.view(heads * n, -1)
     if score == "softmax":
         logits = sampled_dot(
@@ -238,8 +260,13 @@ def _edge_list_attention(
         row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
         out = sparse_dense_matmul(indices, torch.exp(logits - row_max[row]), flat_value1).view(heads, n, -1)
         return (out[..., :-1] / out[..., -1:].clamp_min(tiny)).transpose(0, 1)
-    phi_q = _head_major(apply_feature_map(query, score, projection=projection, is_query=True))
-    phi_k = _head_major(apply_feature_map(key, score, projection=projection, is_query=False, graph=graph))
+    phi_k = _head_major_features(key, score, projection, False, graph)
+    if global_weight == 0 and score in FUSED_FEATURE_MAPS:
+        phi_k = phi_k.view(heads * n, -1)
+        return normalised_kernel_attention(
+            indices, weights, query, phi_k, flat_value1, score, eps=eps, chunk_rows=chunk_rows
+        )
+    phi_q = _head_major_features(query, score, projection, True)
     out = weighted_kernel_sums(
         indices, weights, phi_q.view(heads * n, -1), phi_k.view(heads * n, -1), flat_value1,
         chunk_rows=chunk_rows,

@@ -8,6 +8,10 @@ call paid page faults for every byte of every temporary and the time grew ×7 pe
 in chunks of a few MiB keeps the temporaries in the heap. The kernel values are recomputed in the
 backward instead of saved, so no ``[nnz]`` tensor lives from forward to backward.
 
+:func:`normalised_kernel_attention` goes one step further for ReLU features without a global term (what
+``GRFAttention`` runs by default): the query features, the sums and the normalisation are done chunk by
+chunk too, and the output is written node-major, so only the output is allocated at full size.
+
 The result does not depend on the chunk size, bit for bit on CPU: a row-side sum is a per-row product,
 and a column-side sum (the gradients of ``b`` and ``c``) is accumulated into one buffer in row order.
 """
@@ -22,7 +26,18 @@ from torch import Tensor
 
 from kmipgt.grf.sparse import CSRPattern, csr_product, sddmm
 
-__all__ = ["CHUNK_BYTES", "default_chunk_rows", "weighted_kernel_sums"]
+__all__ = [
+    "CHUNK_BYTES",
+    "FUSED_FEATURE_MAPS",
+    "default_chunk_rows",
+    "normalised_kernel_attention",
+    "weighted_kernel_sums",
+]
+
+FUSED_FEATURE_MAPS = ("relu",)
+"""Feature maps :func:`normalised_kernel_attention` applies to the queries itself, chunk by chunk. Only
+ReLU: it rounds nothing, whereas vectorised ``exp`` (elu) rounds differently in a loop's scalar tail, so
+its value would depend on where a chunk ends."""
 
 CHUNK_BYTES = 4 * 2**20
 """Target size of the largest temporary of one chunk: far below glibc's 32 MiB mmap threshold."""
@@ -46,13 +61,19 @@ class _Chunk:
         return self.stop - self.start, self.num_cols
 
 
-def _chunks(pattern: CSRPattern, chunk_rows: int) -> Iterator[_Chunk]:
-    """The pattern's rows in consecutive chunks of ``chunk_rows`` (the last one shorter)."""
+def _chunks(pattern: CSRPattern, chunk_rows: int, segment: int | None = None) -> Iterator[_Chunk]:
+    """The pattern's rows in consecutive chunks of ``chunk_rows``; no chunk crosses a multiple of
+    ``segment`` (a head's block of rows; default: the whole pattern)."""
     num_rows = pattern.num_nodes
-    starts = list(range(0, num_rows, chunk_rows))
-    bounds = pattern.crow[torch.tensor([*starts, num_rows], device=pattern.crow.device)].tolist()
+    segment = segment or max(num_rows, 1)
+    starts = [
+        a for s in range(0, num_rows, segment) for a in range(s, min(s + segment, num_rows), chunk_rows)
+    ]
+    # Chunks are consecutive: each one stops where the next starts.
+    bounds = [*starts, num_rows]
+    offsets = pattern.crow[torch.tensor(bounds, device=pattern.crow.device)].tolist()
     for i, start in enumerate(starts):
-        stop, first, last = min(start + chunk_rows, num_rows), bounds[i], bounds[i + 1]
+        stop, first, last = bounds[i + 1], offsets[i], offsets[i + 1]
         yield _Chunk(
             start,
             stop,
@@ -135,3 +156,106 @@ def weighted_kernel_sums(
     if pattern.num_nodes != left.shape[0]:
         raise ValueError(f"pattern is for {pattern.num_nodes} rows, the operands have {left.shape[0]}")
     return _WeightedKernelSums.apply(pattern, weights.to(value.dtype), left, right, value, chunk_rows)
+
+
+def _row_block(x: Tensor, chunk: _Chunk, num_nodes: int) -> Tensor:
+    """Rows of node-major ``[N, H, F]`` that the chunk's block rows ``h·N + i`` stand for: ``[rows, F]``."""
+    head, start = divmod(chunk.start, num_nodes)
+    return x[start : start + chunk.stop - chunk.start, head].contiguous()
+
+
+class _NormalisedAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, pattern, weights, query, phi_k, value1, eps, chunk_rows):
+        n = query.shape[0]
+        ctx.save_for_backward(weights, query, phi_k, value1)
+        ctx.pattern, ctx.eps, ctx.chunk_rows = pattern, eps, chunk_rows
+        dim_v = value1.shape[1] - 1
+        out = value1.new_empty(n, query.shape[1], dim_v)
+        for c in _chunks(pattern, chunk_rows, n):
+            sums = _chunk_sums(c, weights, torch.relu(_row_block(query, c, n)), phi_k, value1)
+            head, start = divmod(c.start, n)
+            out[start : start + c.stop - c.start, head] = sums[:, :dim_v] / (sums[:, dim_v:] + eps)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        weights, query, phi_k, value1 = ctx.saved_tensors
+        n, dim_v = query.shape[0], value1.shape[1] - 1
+        need_w, need_query, need_key, need_value = ctx.needs_input_grad[1:5]
+        grad_w = torch.empty_like(weights) if need_w else None
+        grad_query = torch.empty_like(query) if need_query else None
+        grad_phi_k = torch.zeros_like(phi_k) if need_key else None
+        grad_value1 = torch.zeros_like(value1) if need_value else None
+        for c in _chunks(ctx.pattern, ctx.chunk_rows, n):
+            head, start = divmod(c.start, n)
+            stop = start + c.stop - c.start
+            q = _row_block(query, c, n)
+            phi_q = torch.relu(q)
+            kernel = sddmm(c.crow, c.col, phi_q, phi_k, c.shape)
+            w = weights[c.first : c.last]
+            sums = csr_product(c.row, c.crow, c.col, kernel * w, value1, c.shape)
+            # Recomputed rather than saved: nothing of size nnz or N lives from forward to backward.
+            denominator = sums[:, dim_v:] + ctx.eps
+            g = grad[start:stop, head]
+            # out = numerator / denominator: d/dnumerator = g / den, d/dden = -(g · out) / den.
+            grad_denominator = -(g * sums[:, :dim_v]).sum(-1, keepdim=True) / denominator**2
+            grad_sums = torch.cat([g / denominator, grad_denominator], dim=1)
+            grad_weighted = sddmm(c.crow, c.col, grad_sums, value1, c.shape)
+            if need_w:
+                grad_w[c.first : c.last] = grad_weighted * kernel
+            grad_kernel = grad_weighted * w
+            if need_query:
+                grad_phi_q = csr_product(c.row, c.crow, c.col, grad_kernel, phi_k, c.shape)
+                grad_query[start:stop, head] = grad_phi_q * (q > 0)
+            if need_key:
+                grad_phi_k.index_add_(0, c.col, grad_kernel[:, None] * phi_q[c.row])
+            if need_value:
+                grad_value1.index_add_(0, c.col, (kernel * w)[:, None] * grad_sums[c.row])
+        return None, grad_w, grad_query, grad_phi_k, grad_value1, None, None
+
+
+def _chunk_sums(c: _Chunk, weights: Tensor, phi_q: Tensor, phi_k: Tensor, value1: Tensor) -> Tensor:
+    """``[rows, e]``: ``Σ_j w_ij (φ(q_i)·φ(k_j)) value1_j`` for the chunk's rows."""
+    kernel = sddmm(c.crow, c.col, phi_q, phi_k, c.shape)
+    return csr_product(c.row, c.crow, c.col, kernel * weights[c.first : c.last], value1, c.shape)
+
+
+def normalised_kernel_attention(
+    pattern: CSRPattern, weights: Tensor, query: Tensor, phi_k: Tensor, value1: Tensor, feature_map: str, *,
+    eps: float, chunk_rows: int | None = None,
+) -> Tensor:
+    """Feature-map attention over a block-diagonal pattern, normalised, straight into node-major output.
+
+    ``out[i, h] = s_i[:d_v] / (s_i[d_v] + eps)`` with ``s_i = Σ_j w_ij (φ(q_i)·φ(k_j)) value1_j`` for the
+    block row ``i' = h·N + i``. The queries' feature map, the sums and the normalisation run a chunk of
+    rows at a time inside one autograd function, so that beside the inputs only the ``[N, H, d_v]``
+    output is allocated at full size: the node-major result needs no transposed copy, and the query
+    features, sums and quotients (one ``[H, N, ·]`` tensor each, faulting in fresh pages at large N)
+    never exist whole.
+
+    Args:
+        pattern: ``[H·N, H·N]`` block-diagonal CSR pattern, head-major rows.
+        weights: ``[nnz]`` mask values in the pattern's order.
+        query: ``[N, H, d]`` raw queries (``φ`` is applied here).
+        phi_k: ``[H·N, d]`` key features, head-major. value1: ``[H·N, d_v + 1]`` ``[v, 1]``, head-major.
+        feature_map: ``"relu"`` (:data:`FUSED_FEATURE_MAPS`).
+        eps: added to the normaliser. chunk_rows: as in :func:`weighted_kernel_sums` (a chunk never
+            spans two heads); every value gives the same result, bit for bit on CPU.
+
+    Returns:
+        ``[N, H, d_v]``, contiguous.
+    """
+    if feature_map not in FUSED_FEATURE_MAPS:
+        raise ValueError(f"`feature_map` must be one of {FUSED_FEATURE_MAPS}, got {feature_map!r}")
+    if chunk_rows is None:
+        width = max(phi_k.shape[1], value1.shape[1])
+        chunk_rows = default_chunk_rows(pattern, width, value1.element_size())
+    if chunk_rows < 1:
+        raise ValueError(f"`chunk_rows` must be positive, got {chunk_rows}")
+    if pattern.num_nodes != query.shape[0] * query.shape[1]:
+        rows = query.shape[0] * query.shape[1]
+        raise ValueError(f"pattern is for {pattern.num_nodes} rows, the queries have {rows} (N·H)")
+    return _NormalisedAttention.apply(
+        pattern, weights.to(value1.dtype), query, phi_k, value1, eps, chunk_rows
+    )

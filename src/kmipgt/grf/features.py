@@ -49,10 +49,8 @@ def grf_features(walks: GRFWalks, f: Tensor) -> Tensor:
     heads = f.shape[0]
     contributions = f[:, walks.step] * load
     values = contributions.new_zeros(heads, walks.nnz).index_add(1, walks.pair_index, contributions)
-    head = torch.arange(heads, device=f.device).repeat_interleave(walks.nnz)
-    indices = torch.cat([head[None], walks.pairs.repeat(1, heads)])
     return torch.sparse_coo_tensor(
-        indices, values.flatten(), (heads, n, n), is_coalesced=True, check_invariants=False
+        walks.head_indices(heads), values.flatten(), (heads, n, n), is_coalesced=True, check_invariants=False
     )
 
 
