@@ -169,6 +169,12 @@ def _add_bench_search(bench: argparse._SubParsersAction) -> None:
     parser.add_argument("--nlist", type=int, default=None, help="IVF lists (ivf, faiss); default ~2·sqrt(N)")
     parser.add_argument("--nprobe", type=int, default=None, help="IVF lists probed (ivf, faiss)")
     parser.add_argument(
+        "--recall", type=float, default=None, help="ivf: calibrate nprobe per index to this recall@k target"
+    )
+    parser.add_argument(
+        "--clusters", type=int, default=None, help="queries and keys around this many centres (not Gaussian)"
+    )
+    parser.add_argument(
         "--tokens", default=None, help="query/key tokens saved by `kmipgt train --save-tokens`"
     )
     parser.add_argument("--recall-queries", type=int, default=1024, help="queries sampled for recall@k")
@@ -460,10 +466,8 @@ def _add_sweep(commands: argparse._SubParsersAction) -> None:
 def _bench_grf(args: argparse.Namespace) -> int:
     from kmipgt.bench.grf import GRFBenchConfig, run_grf_benchmark
 
-    config = _config_from_args(
-        GRFBenchConfig,
-        args,
-    )
+    chosen = {"methods": tuple(args.methods)} if args.methods else {}
+    config = _config_from_args(GRFBenchConfig, args, **chosen)
     result = run_grf_benchmark(config, args.out)
     for record in result["records"]:
         if record["status"] != "ok":
@@ -489,6 +493,13 @@ def _add_bench_grf(bench: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-len", type=int, default=8)
     parser.add_argument("--feature-map", default="relu", choices=["relu", "elu"])
     parser.add_argument("--dense-max", type=int, default=2**13, help="largest N for the dense-mask baseline")
+    parser.add_argument(
+        "--methods",
+        type=_csv(str),
+        default=None,
+        help="comma-separated subset of grf,grf_mask,grf_asym,linear,dense,grf_layer,linear_layer "
+        "(default: all)",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="timed forwards per point (minimum reported)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per measurement")
     parser.add_argument("--time-budget", type=float, default=600.0, help="seconds per point before time-out")

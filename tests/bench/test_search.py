@@ -33,6 +33,14 @@ def test_measure_search_reports_time_and_recall(backend):
     assert result["recall"] == 1.0 and (result["heads"], result["dim"]) == (2, 8)
 
 
+def test_calibrated_ivf_point_on_clustered_tokens_reports_its_choice():
+    params = {**_PARAMS, "backend": "ivf", "n": 2048, "clusters": 8, "recall": 0.9, "recall_queries": 2048}
+    result = measure_search(params)
+    assert len(result["nprobe_chosen"]) == 2 and min(result["recall_calibrated"]) >= 0.9
+    # recall_queries = N: the benchmark's recall is over every query, against exact top-k.
+    assert result["recall"] >= 0.9
+
+
 def test_gemm_floor_has_the_search_multiply_adds():
     result = measure_gemm({**_PARAMS, "backend": "gemm"})
     assert result["gemm_size"] == round((2 * 300**2 * 8) ** (1 / 3))
@@ -59,6 +67,8 @@ def test_config_rejects_unknown_backend_and_missing_tokens(tmp_path):
         SearchBenchConfig(n_values=[64], backends=["magic"])
     with pytest.raises(ValueError, match="`tokens` must be a file"):
         SearchBenchConfig(n_values=[64], tokens=str(tmp_path / "missing.pt"))
+    with pytest.raises(ValueError, match="`recall` must be in"):
+        SearchBenchConfig(n_values=[64], recall=1.5)
 
 
 def test_cli_bench_search_on_tokens_writes_json_png_and_table(tmp_path, capsys):

@@ -61,6 +61,7 @@ class GRFBenchConfig:
     threads: int = 1
     time_budget: float = 600.0
     seed: int = 0
+    methods: tuple[str, ...] | None = None  # a subset of METHODS; None: all of them
 
     def walk_options(self) -> dict:
         """The walk options shared by the sampler and the GRF layer."""
@@ -75,6 +76,8 @@ class GRFBenchConfig:
             raise ValueError(f"`threads` must be positive, got {self.threads}")
         if self.repeats < 1:
             raise ValueError(f"`repeats` must be positive, got {self.repeats}")
+        if self.methods is not None and (set(self.methods) - set(METHODS) or not self.methods):
+            raise ValueError(f"`methods` must be a non-empty subset of {METHODS}, got {list(self.methods)}")
         sizes, n = [], self.n_min
         while n <= self.n_max:
             sizes.append(n)
@@ -221,7 +224,10 @@ def scaling_summary(records: list[dict], low: int, high: int) -> dict:
 def run_grf_benchmark(config: GRFBenchConfig, out_dir: str | Path) -> dict:
     """Measure every (method, N) point in a fresh process; write ``grf.json`` and ``grf.png``."""
     points = [
-        ({"method": m}, n) for n in config.sizes() for m in METHODS if m != "dense" or n <= config.dense_max
+        ({"method": m}, n)
+        for n in config.sizes()
+        for m in METHODS
+        if (config.methods is None or m in config.methods) and (m != "dense" or n <= config.dense_max)
     ]
     records = common.run_points(
         points,

@@ -18,7 +18,8 @@ from torch import Tensor
 
 from kmipgt.bench import common
 from kmipgt.bench.isolation import time_calls
-from kmipgt.ops import APPROXIMATE_BACKENDS, SEARCH_BACKENDS, topk_inner_product
+from kmipgt.ops import APPROXIMATE_BACKENDS, SEARCH_BACKENDS, ProbeCalibration, topk_inner_product
+from kmipgt.ops.search.ivf_common import check_recall
 
 __all__ = ["GEMM", "SearchBenchConfig", "default_backends", "run_search_benchmark", "search_markdown_table"]
 
@@ -51,6 +52,8 @@ class SearchBenchConfig(common.PointBenchConfig):
     k: int = 16
     nlist: int | None = None
     nprobe: int | None = None
+    recall: float | None = None
+    clusters: int | None = None
     tokens: str | None = None
     recall_queries: int = 1024
     # Fewer, longer runs than the base's defaults: a search point at large N takes minutes.
@@ -67,7 +70,10 @@ class SearchBenchConfig(common.PointBenchConfig):
             raise ValueError(f"`threads` must be positive or None (torch's default), got {self.threads}")
         if self.recall_queries < 1:
             raise ValueError("`recall_queries` must be >= 1")
-        common.check_positive(self, ("heads", "dim", "k", "nlist", "nprobe"))
+        common.check_positive(self, ("heads", "dim", "k", "nlist", "nprobe", "clusters"))
+        check_recall(self.recall, self.nprobe)
+        if self.clusters is not None and self.tokens is not None:
+            raise ValueError("give `clusters` (synthetic tokens) or `tokens` (saved ones), not both")
         if self.tokens is not None and not Path(self.tokens).is_file():
             raise ValueError(
                 f"`tokens` must be a file written by `kmipgt train --save-tokens`, got {self.tokens}"
@@ -101,7 +107,25 @@ def _inputs(params: dict) -> tuple[Tensor, Tensor]:
         return query.to(device, dtype), key.to(device, dtype)
     generator = torch.Generator(device=device).manual_seed(params["seed"])
     shape = (params["n"], params["heads"], params["dim"])
-    return tuple(torch.randn(shape, generator=generator, device=device, dtype=dtype) for _ in range(2))
+    if params.get("clusters") is None:
+        return tuple(torch.randn(shape, generator=generator, device=device, dtype=dtype) for _ in range(2))
+    return _clustered(params["clusters"], shape, generator, device, dtype)
+
+
+def _clustered(
+    clusters: int, shape: tuple[int, int, int], generator: torch.Generator, device: torch.device,
+    dtype: torch.dtype,
+) -> tuple[Tensor, Tensor]:
+    """Queries and keys ``[N, H, d]`` around ``clusters`` shared centres per head (centres ``3·N(0, I)``,
+    spread ``0.5·N(0, I)``): cluster structure like trained tokens', for approximate search."""
+    n, heads, dim = shape
+    centres = 3 * torch.randn(clusters, heads, dim, generator=generator, device=device, dtype=dtype)
+
+    def draw() -> Tensor:
+        member = torch.randint(0, clusters, (n,), generator=generator, device=device)
+        return centres[member] + 0.5 * torch.randn(shape, generator=generator, device=device, dtype=dtype)
+
+    return draw(), draw()
 
 
 def _sampled_recall(
@@ -136,14 +160,20 @@ def measure_search(params: dict) -> dict:
     options = {}
     if params["backend"] in APPROXIMATE_BACKENDS:
         options = {"nlist": params["nlist"], "nprobe": params["nprobe"]}
+    if params["backend"] == "ivf" and params.get("recall") is not None:
+        options["recall"] = params["recall"]
 
-    def search():
-        return topk_inner_product(query, key, params["k"], backend=params["backend"], **options)
+    def search(**extra):
+        return topk_inner_product(query, key, params["k"], backend=params["backend"], **options, **extra)
 
     timing = time_calls(search, params["repeats"], params["warmup"], query.device)
-    _, index = search()
+    calibration = ProbeCalibration()
+    _, index = search(calibration=calibration) if "recall" in options else search()
     recall = _sampled_recall(query, key, index, params["k"], params["recall_queries"], params["seed"])
-    return {**timing, "recall": recall, "heads": query.shape[1], "dim": query.shape[2]}
+    # What calibrated probing chose per (graph, head) index, and the recall it measured on its sample.
+    chosen = {"nprobe_chosen": calibration.nprobe, "recall_calibrated": calibration.recall}
+    chosen = chosen if "recall" in options else {}
+    return {**timing, "recall": recall, "heads": query.shape[1], "dim": query.shape[2], **chosen}
 
 
 def measure_gemm(params: dict) -> dict:
@@ -175,7 +205,8 @@ def run_search_benchmark(config: SearchBenchConfig, out_dir: Path) -> dict:
     del shared["n_values"], shared["backends"]
     specs = [{"backend": backend} for backend in list(config.backends) + ([GEMM] if config.gemm else [])]
     result = common.run_budgeted(config, "search", specs, shared, min_timeout=120.0)
-    data = "Gaussian" if config.tokens is None else f"tokens {Path(config.tokens).name}"
+    data = "Gaussian" if config.clusters is None else f"{config.clusters} clusters"
+    data = data if config.tokens is None else f"tokens {Path(config.tokens).name}"
     title = f"key search, {data}, H={heads} d={dim} k={config.k} {config.dtype} on {config.device}"
     panels = [common.TIME_PANEL, common.MEMORY_PANEL, ("recall", "recall@k (sampled queries)", 1.0)]
     common.write_result(out_dir / "search", result, result["points"], _backend, panels, title)

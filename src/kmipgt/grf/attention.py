@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from kmipgt.grf.edge_sums import FUSED_FEATURE_MAPS, normalised_kernel_attention, weighted_kernel_sums
 from kmipgt.grf.feature_maps import FEATURE_MAPS, apply_feature_map
 from kmipgt.grf.features import GRFMaskPattern, feature_values, grf_mask_values
 from kmipgt.grf.sparse import CSRPattern, sampled_dot, sparse_dense_matmul
@@ -62,6 +63,28 @@ def _graph_index(num_nodes: int, ptr: Tensor | None, batch: Tensor | None, devic
     """``[N]`` graph id per node from ``ptr`` ``[G + 1]`` or sorted ``batch`` ``[N]`` (neither: one graph)."""
     counts = graph_ptr(num_nodes, ptr=ptr, batch=batch).diff()
     return torch.repeat_interleave(torch.arange(counts.numel()), counts).to(device)
+
+
+def _head_major_features(
+    x: Tensor, feature_map: str, projection: Tensor | None, is_query: bool, graph: Tensor | None = None
+) -> Tensor:
+    """``φ(x)`` of ``[N, H, d]`` as contiguous ``[H, N, m]``. ReLU is applied in place on the head-major
+    copy: one ``[H, N, d]`` allocation instead of two, each faulting in fresh pages at large N (elu + 1
+    cannot: the in-place elu's backward needs its own output)."""
+    if feature_map == "relu":
+        return x.transpose(0, 1).clone(memory_format=torch.contiguous_format).relu_()
+    features = apply_feature_map(x, feature_map, projection=projection, is_query=is_query, graph=graph)
+    return _head_major(features)
+
+
+def _head_major_ones(value: Tensor) -> Tensor:
+    """``[N, H, d_v]`` -> contiguous ``[H, N, d_v + 1]`` ``[v, 1]``, in one allocation (pad, then a
+    head-major copy, took two)."""
+    n, heads, dim = value.shape
+    out = value.new_empty(heads, n, dim + 1)
+    out[..., :dim] = value.transpose(0, 1)
+    out[..., dim] = 1.0
+    return out
 
 
 def _head_major(x: Tensor) -> Tensor:
@@ -123,6 +146,7 @@ def masked_linear_attention(
     query: Tensor, key: Tensor, value: Tensor, features: Tensor, *, feature_map: str = "relu",
     projection: Tensor | None = None, global_weight: float = 0.0, ptr: Tensor | None = None,
     batch: Tensor | None = None, eps: float = 1e-6, mask_pattern: GRFMaskPattern | None = None,
+    chunk_rows: int | None = None,
 ) -> Tensor:
     """GRF-masked linear attention, symmetric form, in O(nnz(Φ̂) · m · d_v).
 
@@ -144,6 +168,9 @@ def masked_linear_attention(
             and one SDDMM + one SpMM, in O(pairs + nnz(M̂) · (m + d_v)): much cheaper for small walk
             budgets (nnz(M̂) ≈ 10 N on a grid with 4 walkers), costlier when ``nnz(M̂)`` approaches
             ``nnz(Φ̂)²/N``.
+        chunk_rows: with ``mask_pattern``: rows of the ``[H·N, H·N]`` block layout per chunk of the
+            SDDMM + SpMM (``None``: temporaries of about 4 MiB, see :mod:`kmipgt.grf.edge_sums`). Any
+            value gives the same result, bit for bit on CPU.
 
     Returns:
         ``[N, H, d_v]``.
@@ -161,11 +188,12 @@ def masked_linear_attention(
         weights = mask.expand(heads, -1).reshape(-1)
         block = mask_pattern.block_pattern(heads)
         return _edge_list_attention(
-            query, key, value, block, weights, feature_map, projection, None, global_weight, graph, eps
+            query, key, value, block, weights, feature_map, projection, None, global_weight, graph, eps,
+            chunk_rows,
         )
-    phi_q = _head_major(apply_feature_map(query, feature_map, projection=projection, is_query=True))
-    phi_k = _head_major(apply_feature_map(key, feature_map, projection=projection, is_query=False))
-    value1 = _head_major(F.pad(value, (0, 1), value=1.0))
+    phi_q = _head_major_features(query, feature_map, projection, True)
+    phi_k = _head_major_features(key, feature_map, projection, False)
+    value1 = _head_major_ones(value)
     outer = _key_value_outer(phi_k, value1)
     m, e = outer.shape[2:]
     indices, values = _block_diagonal(features, heads, n)
@@ -206,15 +234,17 @@ def _edge_list_attention(
     global_weight: float,
     graph: Tensor | None,
     eps: float,
+    chunk_rows: int | None,
 ) -> Tensor:
     """``Σ_j mask_ij A_ij [v_j, 1]`` over the stored entries: one SDDMM for ``A`` and one SpMM, all heads
     at once through the block-diagonal ``[H·N, H·N]`` layout ``block`` with mask values ``weights``.
-    O(nnz · (d + d_v)) time, O(nnz) extra memory."""
+    O(nnz · (d + d_v)) time, O(nnz) extra memory; feature-map scores go through
+    :func:`~kmipgt.grf.edge_sums.weighted_kernel_sums` in chunks of ``chunk_rows`` rows of that layout."""
     n, heads, dim = query.shape
     indices = block if isinstance(block, CSRPattern) else CSRPattern.from_indices(block, heads * n)
     if bool((weights < 0).any()):
         raise ValueError("the mask (`features`) must be non-negative (keep f >= 0, e.g. with softplus)")
-    value1 = _head_major(F.pad(value, (0, 1), value=1.0))
+    value1 = _head_major_ones(value)
     flat_value1 = value1.view(heads * n, -1)
     if score == "softmax":
         logits = sampled_dot(
@@ -230,17 +260,24 @@ def _edge_list_attention(
         row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
         out = sparse_dense_matmul(indices, torch.exp(logits - row_max[row]), flat_value1).view(heads, n, -1)
         return (out[..., :-1] / out[..., -1:].clamp_min(tiny)).transpose(0, 1)
-    phi_q = _head_major(apply_feature_map(query, score, projection=projection, is_query=True))
-    phi_k = _head_major(apply_feature_map(key, score, projection=projection, is_query=False, graph=graph))
-    kernel = sampled_dot(indices, phi_q.view(heads * n, -1), phi_k.view(heads * n, -1))
-    out = sparse_dense_matmul(indices, kernel * weights, flat_value1).view(heads, n, -1)
+    phi_k = _head_major_features(key, score, projection, False, graph)
+    if global_weight == 0 and score in FUSED_FEATURE_MAPS:
+        phi_k = phi_k.view(heads * n, -1)
+        return normalised_kernel_attention(
+            indices, weights, query, phi_k, flat_value1, score, eps=eps, chunk_rows=chunk_rows
+        )
+    phi_q = _head_major_features(query, score, projection, True)
+    out = weighted_kernel_sums(
+        indices, weights, phi_q.view(heads * n, -1), phi_k.view(heads * n, -1), flat_value1,
+        chunk_rows=chunk_rows,
+    ).view(heads, n, -1)
     return _normalise_with_global(out, global_weight, phi_q, phi_k, value1, graph, None, eps)
 
 
 def asymmetric_masked_attention(
     query: Tensor, key: Tensor, value: Tensor, features: Tensor, *, score: str = "softmax",
     projection: Tensor | None = None, scale: float | None = None, global_weight: float = 0.0,
-    ptr: Tensor | None = None, batch: Tensor | None = None, eps: float = 1e-6,
+    ptr: Tensor | None = None, batch: Tensor | None = None, eps: float = 1e-6, chunk_rows: int | None = None,
 ) -> Tensor:
     """GRF-masked attention, asymmetric edge-list form: ``M̂_ij = Φ̂_ij`` (keys take ``f = δ_0``).
 
@@ -260,6 +297,8 @@ def asymmetric_masked_attention(
             softmax it would be full attention).
         ptr, batch: graph layout, as in :func:`masked_linear_attention`.
         eps: added to the normaliser of feature-map scores.
+        chunk_rows: feature-map scores: rows of the ``[H·N, H·N]`` block layout per chunk, as in
+            :func:`masked_linear_attention`.
 
     Returns:
         ``[N, H, d_v]``; a row without positive weight gives 0.
@@ -276,5 +315,5 @@ def asymmetric_masked_attention(
     graph = _graph_index(n, ptr, batch, query.device) if global_weight > 0 else None
     block, weights = _block_diagonal(features, heads, n)
     return _edge_list_attention(
-        query, key, value, block, weights, score, projection, scale, global_weight, graph, eps
+        query, key, value, block, weights, score, projection, scale, global_weight, graph, eps, chunk_rows
     )

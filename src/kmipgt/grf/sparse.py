@@ -16,7 +16,7 @@ import scipy.sparse
 import torch
 from torch import Tensor
 
-__all__ = ["CSRPattern", "sampled_dot", "sparse_dense_matmul"]
+__all__ = ["CSRPattern", "csr_product", "sampled_dot", "sddmm", "sparse_dense_matmul"]
 
 
 def _crow(row: Tensor, num_rows: int) -> Tensor:
@@ -56,29 +56,31 @@ def _as_pattern(indices: Tensor | CSRPattern, num_nodes: int) -> CSRPattern:
     return CSRPattern.from_indices(indices, num_nodes)
 
 
-def _product(
+def csr_product(
     row: Tensor,
     crow: Tensor,
     col: Tensor,
     values: Tensor,
     dense: Tensor,
     shape: tuple[int, int],
-    transpose: bool,
+    transpose: bool = False,
 ) -> Tensor:
-    """``A @ dense`` or ``Aᵀ @ dense`` for ``A`` given by row-major sorted ``(row, col, values)``."""
+    """``A @ dense`` or ``Aᵀ @ dense`` for ``A`` ``[R, C]`` given by row-major sorted ``(row, col, values)``
+    with CSR offsets ``crow`` ``[R + 1]``; no autograd. Each output row of ``A @ dense`` is a sum over
+    that row's entries alone, so it does not depend on the other rows given."""
     if dense.device.type == "cpu" and dense.dtype in (torch.float32, torch.float64):
         matrix = scipy.sparse.csr_matrix((values.numpy(), col.numpy(), crow.numpy()), shape=shape)
         if transpose:
             matrix = matrix.T
         return torch.from_numpy(matrix @ dense.numpy())
     indices = torch.stack([col, row]) if transpose else torch.stack([row, col])
-    return torch.sparse.mm(torch.sparse_coo_tensor(indices, values, shape, check_invariants=False), dense)
+    size = shape[::-1] if transpose else shape
+    return torch.sparse.mm(torch.sparse_coo_tensor(indices, values, size, check_invariants=False), dense)
 
 
-def _sddmm(
-    row: Tensor, crow: Tensor, col: Tensor, left: Tensor, right: Tensor, shape: tuple[int, int]
-) -> Tensor:
-    """``[nnz]``: ``left[row_e] · right[col_e]`` for every stored entry, in storage order."""
+def sddmm(crow: Tensor, col: Tensor, left: Tensor, right: Tensor, shape: tuple[int, int]) -> Tensor:
+    """``[nnz]``: ``left[row_e] · right[col_e]`` for every entry of the CSR pattern ``(crow, col)`` of shape
+    ``[R, C]`` (``left`` ``[R, F]``, ``right`` ``[C, F]``, contiguous), in storage order; no autograd."""
     with warnings.catch_warnings():
         # SDDMM needs the CSR layout, which torch flags as beta on every construction.
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
@@ -93,7 +95,7 @@ class _SampledDot(torch.autograd.Function):
     def forward(ctx, row, crow, col, left, right, shape):
         ctx.save_for_backward(row, crow, col, left, right)
         ctx.shape = shape
-        return _sddmm(row, crow, col, left.detach().contiguous(), right.detach().contiguous(), shape)
+        return sddmm(crow, col, left.detach().contiguous(), right.detach().contiguous(), shape)
 
     @staticmethod
     def backward(ctx, grad):
@@ -101,9 +103,9 @@ class _SampledDot(torch.autograd.Function):
         grad = grad.contiguous()
         grad_left = grad_right = None
         if ctx.needs_input_grad[3]:
-            grad_left = _product(row, crow, col, grad, right.detach().contiguous(), ctx.shape, False)
+            grad_left = csr_product(row, crow, col, grad, right.detach().contiguous(), ctx.shape, False)
         if ctx.needs_input_grad[4]:
-            grad_right = _product(row, crow, col, grad, left.detach().contiguous(), ctx.shape, True)
+            grad_right = csr_product(row, crow, col, grad, left.detach().contiguous(), ctx.shape, True)
         return None, None, None, grad_left, grad_right, None
 
 
@@ -112,7 +114,7 @@ class _SparseDenseMatmul(torch.autograd.Function):
     def forward(ctx, row, crow, col, values, dense, shape, transpose):
         ctx.save_for_backward(row, crow, col, values, dense)
         ctx.shape, ctx.transpose = shape, transpose
-        return _product(row, crow, col, values.detach(), dense.detach().contiguous(), shape, transpose)
+        return csr_product(row, crow, col, values.detach(), dense.detach().contiguous(), shape, transpose)
 
     @staticmethod
     def backward(ctx, grad):
@@ -121,9 +123,9 @@ class _SparseDenseMatmul(torch.autograd.Function):
         grad_values = grad_dense = None
         if ctx.needs_input_grad[3]:
             left, right = (dense, grad) if ctx.transpose else (grad, dense)
-            grad_values = _sddmm(row, crow, col, left, right, ctx.shape)
+            grad_values = sddmm(crow, col, left, right, ctx.shape)
         if ctx.needs_input_grad[4]:
-            grad_dense = _product(row, crow, col, values.detach(), grad, ctx.shape, not ctx.transpose)
+            grad_dense = csr_product(row, crow, col, values.detach(), grad, ctx.shape, not ctx.transpose)
         return None, None, None, grad_values, grad_dense, None, None
 
 

@@ -13,7 +13,7 @@ All walkers advance together as one tensor; the only Python loop is over the ``m
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -48,6 +48,19 @@ class GRFWalks:
     load: Tensor
     pairs: Tensor
     pair_index: Tensor
+
+    _head_indices: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def head_indices(self, heads: int) -> Tensor:
+        """``[3, H·P]`` int64 ``(head, start, node)`` indices of ``H`` stacked copies of ``pairs``.
+
+        Cached per H: the pattern is the same on every forward, and rebuilding it allocated 100 MB of
+        int64 per call at N = 2^18 with 4 heads.
+        """
+        if heads not in self._head_indices:
+            head = torch.arange(heads, device=self.pairs.device).repeat_interleave(self.nnz)
+            self._head_indices[heads] = torch.cat([head[None], self.pairs.repeat(1, heads)])
+        return self._head_indices[heads]
 
     @property
     def nnz(self) -> int:

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from kmipgt import ops
 from kmipgt.grf import linear_attention, orthogonal_random_features
+from kmipgt.ops.search.ivf_common import check_recall
 
 __all__ = ["AttentionCore", "FullCore", "KMIPCore", "PerformerCore"]
 
@@ -62,7 +63,7 @@ class AttentionCore(torch.nn.Module):
 # check_finite, ...) is a search option passed through unchanged, so one that ops gains needs no change here.
 _KMIP_OWN_ARGS = {
     "query", "key", "value", "k", "ptr", "batch", "key_ptr", "key_batch", "dropout_p", "backend",
-    "return_selection",
+    "return_selection", "calibration",
 }
 KMIP_SEARCH_OPTIONS = tuple(
     name for name in inspect.signature(ops.kmip_attention).parameters if name not in _KMIP_OWN_ARGS
@@ -90,10 +91,14 @@ class KMIPCore(AttentionCore):
 
     With ``keep_attention`` set, ``last_attention`` holds the selection the forward used (searched key
     indices, scores, softmax weights; ``return_selection`` of :func:`kmipgt.ops.kmip_attention`).
+    With ``backend="ivf"`` and a ``recall`` target, probing is calibrated on every forward and
+    ``last_recall`` holds the mean sampled recall it reached over the (graph, head) indexes (None before
+    the first such forward, or when every graph was small enough to be searched exactly).
     """
 
     keep_attention: bool = False
     last_attention: ops.AttentionSelection | None = None
+    last_recall: float | None = None
 
     def __init__(
         self, heads: int, head_dim: int, dropout: float = 0.0, k: int = 16, backend: str = "auto", **search
@@ -107,12 +112,14 @@ class KMIPCore(AttentionCore):
                 f"unknown k-MIP attention options {unknown}; "
                 f"known: k, backend, {', '.join(KMIP_SEARCH_OPTIONS)}"
             )
+        check_recall(search.get("recall"), search.get("nprobe"))
         self.k, self.backend, self.search = k, backend, search
 
     def forward(
         self, query: Tensor, key: Tensor, value: Tensor, edge_index: Tensor | None = None,
         batch: Tensor | None = None,
     ) -> Tensor:
+        calibration = ops.ProbeCalibration() if self.search.get("recall") is not None else None
         out = ops.kmip_attention(
             query,
             key,
@@ -122,8 +129,11 @@ class KMIPCore(AttentionCore):
             dropout_p=self._dropout_p(),
             backend=self.backend,
             return_selection=self.keep_attention,
+            calibration=calibration,
             **self.search,
         )
+        if calibration is not None:
+            self.last_recall = calibration.mean_recall
         if self.keep_attention:
             out, self.last_attention = out
         return out

@@ -7,11 +7,13 @@ model: ``kmip_attention(q, k, v, k=16, batch=batch)``.
 from kmipgt.ops.attention import AttentionSelection, full_attention, full_attention_topk, kmip_attention
 from kmipgt.ops.ragged import graph_ptr
 from kmipgt.ops.search.dispatch import APPROXIMATE_BACKENDS, SEARCH_BACKENDS, topk_inner_product
+from kmipgt.ops.search.ivf_common import ProbeCalibration
 
 __all__ = [
     "APPROXIMATE_BACKENDS",
     "SEARCH_BACKENDS",
     "AttentionSelection",
+    "ProbeCalibration",
     "full_attention",
     "full_attention_topk",
     "graph_ptr",

@@ -12,6 +12,7 @@ from kmipgt.ops.ragged import GraphBlock, graph_blocks, graph_ptr, key_graph_ptr
 from kmipgt.ops.search.blockwise import MIN_BLOCK_NODES
 from kmipgt.ops.search.checks import check_query_key, require_finite
 from kmipgt.ops.search.dispatch import Backend, topk_inner_product
+from kmipgt.ops.search.ivf_common import ProbeCalibration
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -53,6 +54,8 @@ class _KMIPOptions(TypedDict, total=False):
     backend: Backend
     nlist: int | None
     nprobe: int | None
+    recall: float | None
+    calibration: ProbeCalibration | None
     check_finite: bool
 
 
@@ -230,6 +233,7 @@ def kmip_attention(
     batch: Tensor | None = None, key_ptr: Tensor | None = None, key_batch: Tensor | None = None,
     scale: float | None = None, dropout_p: float = 0.0,
     backend: Backend = "auto", nlist: int | None = None, nprobe: int | None = None,
+    recall: float | None = None, calibration: ProbeCalibration | None = None,
     check_finite: bool = True, return_selection: bool = False,
 ) -> Tensor | tuple[Tensor, AttentionSelection]:
     r"""k-MIP attention: each query attends to the k keys of its graph with largest inner product.
@@ -255,6 +259,8 @@ def kmip_attention(
         backend: key-search backend of :func:`kmipgt.ops.topk_inner_product` (approximate with
             ``"ivf"``/``"faiss"``: the selection may miss some of the true top-k; gradients as for exact).
         nlist, nprobe: inverted-file options of the approximate backends.
+        recall, calibration: ``"ivf"`` with probing calibrated per call to a recall@k target, and the
+            record of what it chose and reached, as in :func:`kmipgt.ops.topk_inner_product`.
         check_finite: raise ValueError naming the tensor and its first bad row when query, key or value
             holds a NaN or inf (default; one reduction per tensor). With False, non-finite inputs give
             unspecified results that differ between backends.
@@ -268,7 +274,10 @@ def kmip_attention(
     ptr, key_ptr = _checked_ptr(
         query, key, value, k, ptr, batch, scale, dropout_p, check_finite, key_ptr=key_ptr, key_batch=key_batch
     )
-    search = {"ptr": ptr, "key_ptr": key_ptr, "backend": backend, "nlist": nlist, "nprobe": nprobe}
+    search = {
+        "ptr": ptr, "key_ptr": key_ptr, "backend": backend, "nlist": nlist, "nprobe": nprobe,
+        "recall": recall, "calibration": calibration,
+    }
     if query.shape[0] == 0 or key.shape[0] == 0:
         # Searching the empty batch still checks the backend and its dtypes, so it fails like any other.
         topk_inner_product(query, key, k, **search)

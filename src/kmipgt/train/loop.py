@@ -23,7 +23,7 @@ from torch_geometric.data import Data
 from tqdm import tqdm
 
 from kmipgt.logs import quiet
-from kmipgt.nn import GraphTransformer
+from kmipgt.nn import GraphTransformer, KMIPCore
 from kmipgt.train.atomic import atomic_write, atomic_write_text
 from kmipgt.train.branches import BranchMonitor, plot_branches
 from kmipgt.train.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
@@ -103,6 +103,14 @@ def peak_memory_mb(device: torch.device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _search_recall(model: torch.nn.Module) -> float | None:
+    """Mean over the layers of the recall that calibrated approximate search reached in the last training
+    step (``KMIPCore.last_recall``; ``model.attention_options: {backend: ivf, recall: ...}``), else None."""
+    cores = [m for m in model.modules() if isinstance(m, KMIPCore)]
+    recalls = [core.last_recall for core in cores if core.last_recall is not None]
+    return float(np.mean(recalls)) if recalls else None
 
 
 def _epoch_line(row: dict[str, Any], epochs: int) -> str:
@@ -291,6 +299,9 @@ class Trainer:
         }
         if self.branches is not None:
             row.update(self.branches.epoch_row())
+        recall = _search_recall(self.model)
+        if recall is not None:
+            row["search_recall"] = recall
         if (epoch + 1) % opt.eval_every == 0 or epoch + 1 == opt.epochs:
             with out_of_memory_hint(self.config):
                 scores = self.evaluate(("val", "test"))

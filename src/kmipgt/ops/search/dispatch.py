@@ -14,6 +14,7 @@ from torch import Tensor
 import kmipgt.ops.search.backends  # noqa: F401
 from kmipgt.ops.ragged import graph_ptr, key_graph_ptr
 from kmipgt.ops.search.checks import check_query_key, require_finite
+from kmipgt.ops.search.ivf_common import ProbeCalibration, check_recall
 from kmipgt.ops.search.registry import SearchBackend, auto_backend, get_backend, registered_backends
 
 __all__ = ["APPROXIMATE_BACKENDS", "SEARCH_BACKENDS", "Backend", "topk_inner_product"]
@@ -37,6 +38,8 @@ def topk_inner_product(
     backend: Backend = "auto",
     nlist: int | None = None,
     nprobe: int | None = None,
+    recall: float | None = None,
+    calibration: ProbeCalibration | None = None,
     check_finite: bool = True,
 ) -> tuple[Tensor, Tensor]:
     r"""The k keys of largest inner product with each query, within the query's own graph.
@@ -67,6 +70,10 @@ def topk_inner_product(
             ``"faiss"`` (faiss ``IndexIVFFlat`` on the same transform; needs the ``faiss`` extra).
         nlist: inverted lists per (graph, head) for ``"ivf"``/``"faiss"`` (default ``~2·sqrt(N_g)``).
         nprobe: lists probed per query for ``"ivf"``/``"faiss"`` (default ``nlist/16``, at least 8).
+        recall: ``"ivf"`` only, instead of ``nprobe``: a recall@k target in (0, 1]; every index probes
+            the fewest lists reaching it on a sample of its queries, measured against their exact top-k.
+        calibration: with ``recall``, a :class:`~kmipgt.ops.search.ivf_common.ProbeCalibration` that
+            receives the ``nprobe`` chosen and the sampled recall reached per (graph, head) index.
         check_finite: raise ValueError when query or key holds a NaN or inf (default). Pass False only
             where the inputs are known to be finite: results for non-finite inputs are then unspecified
             and differ between backends.
@@ -78,6 +85,7 @@ def topk_inner_product(
         by float32 scores on every backend; a returned score beyond the half range saturates to ``±inf``.
     """
     check_query_key(query, key, k)
+    check_recall(recall, nprobe)
     if check_finite:
         require_finite(query=query, key=key)
     ptr = graph_ptr(query.shape[0], ptr=ptr, batch=batch)
@@ -87,6 +95,10 @@ def topk_inner_product(
     chosen = None if backend == "auto" else get_backend(backend)
     if chosen is not None and key_ptr is not None:
         _require_queries_differ(chosen)
+    if recall is not None and backend != "ivf":
+        raise ValueError(f"`recall` (calibrated probing) applies to backend 'ivf' only, got {backend!r}")
+    if recall is not None:
+        layout = {**layout, "recall": recall, "calibration": calibration}
     if chosen is not None and not chosen.exact:
         return chosen.search(query, key, k, ptr, nlist=nlist, nprobe=nprobe, **layout)
     if nlist is not None or nprobe is not None:

@@ -19,10 +19,10 @@ from torch import Tensor
 from kmipgt.ops.search import ivf_common
 from kmipgt.ops.search.blockwise import sort_by_score_then_index, tile_topk
 from kmipgt.ops.search.fused_kernel import FUSED_DTYPES, fused_library, group_probes, probe_topk_fused
-from kmipgt.ops.search.ivf_common import check_option, default_nlist, default_nprobe, lift
+from kmipgt.ops.search.ivf_common import ProbeCalibration, check_option, default_nlist, default_nprobe, lift
 from kmipgt.ops.search.registry import SearchBackend, auto_backend, register
 
-__all__ = ["topk_ivf"]
+__all__ = ["CALIBRATION_QUERIES", "topk_ivf"]
 # k-means is trained on at most this many keys per list (as faiss does), for a bounded build time.
 _TRAIN_POINTS_PER_LIST = 32
 _KMEANS_ITERATIONS = 8
@@ -32,6 +32,11 @@ _KMEANS_ITERATIONS = 8
 # 0.562. k-means leaves far-out keys, often the best ones, in lists whose centroid is far from them; the
 # full bound over-rewards every spread-out list when there is no cluster structure.
 _RADIUS_WEIGHT = 0.25
+# Queries per index whose exact top-k calibrates nprobe for a recall target: the recall of 256 x k pairs
+# has a standard error of about 0.004 at 0.95 (k = 16), and their exact search is 256/N of an exact search.
+CALIBRATION_QUERIES = 256
+# Sampled queries per matmul of their exact search: 16 x N scores at a time (16 MiB at N = 262,144).
+_EXACT_CHUNK = 16
 # Transient elements per chunk of the probe phase (gathered queries + candidates), ~256 MB in float32.
 _CHUNK_ELEMENTS = 1 << 26
 
@@ -159,13 +164,48 @@ def _probe_topk_torch(
     return torch.cat(scores_out), torch.cat(index_out)
 
 
-def _ivf_one(query: Tensor, key: Tensor, k: int, nlist: int, nprobe: int, seed: int) -> tuple[Tensor, Tensor]:
-    """IVF search of one (graph, head): query ``[m, d]``, key ``[n, d]`` -> ``[m, k]`` scores, key indices."""
+def _calibrate(
+    query: Tensor, key: Tensor, lifted_query: Tensor, index: tuple[Tensor, Tensor, Tensor], k: int,
+    target: float, generator: torch.Generator,
+) -> tuple[int, float]:
+    """``(nprobe, recall)``: the fewest lists to probe for recall@k ``target`` on a sample of the queries.
+
+    A true top-k key is found exactly when its list is among the probed ones (probed lists are scored
+    exactly), so the recall at every ``nprobe`` follows from the rank of each true key's list in its
+    query's probe order: one exact search of the sampled queries and one full probe ranking, no search
+    per candidate. ``recall`` is the sampled recall at the chosen ``nprobe``.
+    """
+    centroids, radii, key_list = index
+    nlist = centroids.shape[0]
+    rows = torch.randperm(query.shape[0], generator=generator)[:CALIBRATION_QUERIES].to(query.device)
+    width = min(k, key.shape[0])
+    exact = torch.cat([
+        torch.matmul(query[part].float(), key.float().T).topk(width, dim=-1).indices
+        for part in rows.split(_EXACT_CHUNK)
+    ])
+    order = _top_centroids(lifted_query[rows], centroids, radii, nlist)
+    positions = torch.arange(nlist, device=order.device).expand_as(order)
+    rank = torch.empty_like(order).scatter_(1, order, positions)
+    needed = rank.gather(1, key_list[exact]).flatten().sort().values
+    nprobe = int(needed[ivf_common.calibration_quantile(target, needed.numel())]) + 1
+    return nprobe, float((needed < nprobe).double().mean())
+
+
+def _ivf_one(
+    query: Tensor, key: Tensor, k: int, nlist: int, nprobe: int | None, seed: int, recall: float | None,
+) -> tuple[Tensor, Tensor, int, float | None]:
+    """IVF search of one (graph, head): query ``[m, d]``, key ``[n, d]`` -> ``[m, k]`` scores, key indices,
+    the ``nprobe`` used and, with a ``recall`` target (``nprobe`` None), the sampled recall it reached."""
     m = query.shape[0]
     generator = torch.Generator().manual_seed(seed)
     work = query.float() if query.dtype in (torch.float16, torch.bfloat16) else query
     lifted_query, lifted_key = lift(work, key.to(work.dtype))
     centroids, radii, key_list = _inverted_lists(lifted_key, nlist, generator)
+    reached = None
+    if recall is not None:
+        nprobe, reached = _calibrate(
+            work, key.to(work.dtype), lifted_query, (centroids, radii, key_list), k, recall, generator
+        )
     key_order = key_list.argsort(stable=True)
     key_ptr = torch.cat([key_list.new_zeros(1), torch.bincount(key_list, minlength=nlist).cumsum(0)]).cpu()
     # Lists by q̂·ĉ + w·r rather than by centroid distance (see _RADIUS_WEIGHT).
@@ -193,10 +233,10 @@ def _ivf_one(query: Tensor, key: Tensor, k: int, nlist: int, nprobe: int, seed: 
                 start=found,
             )
         scores, index = found
-        return scores[:, 0].to(query.dtype), index[:, 0]
+        return scores[:, 0].to(query.dtype), index[:, 0], nprobe, reached
     # Half types are scored in float32, as by the exact backends.
     scores, index = _probe_topk_torch(work, sorted_keys.to(work.dtype), k, key_order, key_ptr, probes)
-    return scores.to(query.dtype), index
+    return scores.to(query.dtype), index, nprobe, reached
 
 
 def topk_ivf(
@@ -208,6 +248,8 @@ def topk_ivf(
     key_ptr: Tensor | None = None,
     nlist: int | None = None,
     nprobe: int | None = None,
+    recall: float | None = None,
+    calibration: ProbeCalibration | None = None,
     seed: int = 0,
 ) -> tuple[Tensor, Tensor]:
     """Approximate top-k keys per query within each graph, by an inverted-file index per (graph, head).
@@ -221,6 +263,11 @@ def topk_ivf(
         nlist: inverted lists per (graph, head); default :func:`default_nlist` of the graph's key count,
             clamped to it.
         nprobe: lists probed per query; default :func:`default_nprobe`. ``nprobe >= nlist`` is exact.
+        recall: instead of ``nprobe``, a recall@k target in (0, 1]: each index probes the fewest lists
+            that reach it on :data:`CALIBRATION_QUERIES` sampled queries, against the exact top-k of those
+            queries (with a margin for the sampling error, :func:`ivf_common.calibration_quantile`).
+        calibration: filled, when given, with the ``nprobe`` and the sampled recall of every
+            (graph, head) index that was calibrated.
         seed: seed of the k-means initialisation (results are deterministic for fixed inputs).
 
     Returns:
@@ -231,6 +278,7 @@ def topk_ivf(
     """
     check_option("nlist", nlist)
     check_option("nprobe", nprobe)
+    ivf_common.check_recall(recall, nprobe)
     num_queries, heads, _ = query.shape
     query, key = query.detach(), key.detach()
     scores_out = query.new_full((num_queries, heads, k), float("-inf"))
@@ -248,9 +296,13 @@ def topk_ivf(
             continue
         (q0, q1), (k0, k1) = ptr[g : g + 2].tolist(), key_ptr[g : g + 2].tolist()
         lists = min(k1 - k0, nlist if nlist is not None else default_nlist(k1 - k0))
-        probes = min(lists, nprobe if nprobe is not None else default_nprobe(lists))
+        probes = None if recall is not None else min(lists, nprobe or default_nprobe(lists))
         for h in range(heads):
-            scores, index = _ivf_one(query[q0:q1, h], key[k0:k1, h], k, lists, probes, seed)
+            scores, index, used, reached = _ivf_one(
+                query[q0:q1, h], key[k0:k1, h], k, lists, probes, seed, recall
+            )
+            if calibration is not None and reached is not None:
+                calibration.add(used, reached)
             scores_out[q0:q1, h] = scores
             index_out[q0:q1, h] = torch.where(index >= 0, index + k0, -1)
     return scores_out, index_out
