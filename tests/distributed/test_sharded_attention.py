@@ -4,7 +4,11 @@ One spawn runs every case (each spawn imports torch anew); each test then checks
 results against :func:`kmipgt.ops.kmip_attention` over the whole batch in this process.
 """
 
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -76,3 +80,16 @@ def test_bad_input_on_one_rank_raises_on_every_rank(tmp_path):
 def test_a_failing_rank_fails_the_run_with_its_error(tmp_path):
     with pytest.raises(ProcessRaisedException, match=re.escape("rank 1 failed on purpose")):
         spawn_ranks(rank_one_dies, WORLD, str(tmp_path))
+
+
+def test_the_example_under_torchrun_matches_one_process_and_the_formula(tmp_path):
+    example = Path(__file__).resolve().parents[2] / "examples" / "sharded_attention.py"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "KMIPGT_CACHE": str(tmp_path)}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+               str(example), "--nodes", "2000", "--heads", "2", "--dim", "8"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    errors = [float(e) for e in re.findall(r"single process\| = (\S+)", done.stdout)]
+    counted = re.findall(r"([\d,]+) bytes \(formula ([\d,]+)\)", done.stdout)
+    assert len(errors) == 2 and max(errors) < 1e-4
+    assert len(counted) == 4 and all(got == formula for got, formula in counted)
