@@ -2,7 +2,6 @@
 
 import csv
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import pytest
 from ddp_runs import TOY_OVERRIDES, ddp_runs, toy_config, toy_graph_splits
 from kmipgt.train import load_config, train
 from kmipgt.train.validation import validate_config
-from spawn_ranks import spawn_ranks
+from spawn_ranks import run_torchrun, spawn_ranks
 
 pytestmark = pytest.mark.distributed
 
@@ -67,14 +66,8 @@ def test_torchrun_runs_the_command_on_two_ranks(tmp_path, one_process):
     sets = [arg for item in overrides for arg in ("--set", item)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "KMIPGT_CACHE": str(tmp_path / "cache"),
            "PYTHONPATH": os.pathsep.join([str(TESTS), *sys.path])}
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-        str(TESTS / "ddp_runs.py"), "train", "--no-progress", *sets,
-    ]
-    try:
-        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180, check=False)
-    except subprocess.TimeoutExpired as expired:  # fail with what the ranks printed, not a bare timeout
-        pytest.fail(f"torchrun did not finish: {(expired.stderr or b'')[-3000:]!r}")
+    args = ["--nproc-per-node", "2", str(TESTS / "ddp_runs.py"), "train", "--no-progress", *sets]
+    result = run_torchrun(args, env, timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
     (want,), (have,) = _columns(_log(one_process), "train_loss"), _columns(_log(out), "train_loss")
     assert have == pytest.approx(want, rel=1e-5)
