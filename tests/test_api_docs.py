@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 API = Path(__file__).resolve().parents[1] / "docs" / "api.md"
-PACKAGES = ("ops", "grf", "nn", "data", "train", "analysis", "configs", "logs")
+PACKAGES = ("ops", "grf", "nn", "distributed", "data", "train", "analysis", "configs", "logs")
 
 
 def _documented() -> dict[str, set[str]]:

@@ -706,3 +706,7 @@ def main(argv: list[str] | None = None) -> int:
         lines = str(error).strip().splitlines() or [type(error).__name__]
         print(f"kmipgt: error: {lines[0]}", file=sys.stderr)
         return USAGE_ERROR if isinstance(error, INPUT_ERRORS) else 1
+
+
+if __name__ == "__main__":  # `torchrun -m kmipgt.cli train ...` as well as `python -m kmipgt`
+    raise SystemExit(main())

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from kmipgt.ops.gathers import accumulate_dtype, gathered_dot, gathered_sum, scatter_rows
 from kmipgt.ops.ragged import GraphBlock, graph_blocks, graph_ptr, key_graph_ptr, node_graph_bounds
 from kmipgt.ops.search.blockwise import MIN_BLOCK_NODES
 from kmipgt.ops.search.checks import check_query_key, require_finite
@@ -19,9 +20,6 @@ if TYPE_CHECKING:
 
 __all__ = ["AttentionSelection", "full_attention", "full_attention_topk", "kmip_attention"]
 
-# Rows of gathered [rows, H, k, d] keys/values are processed in chunks of about this many elements, so the
-# transient memory of the gathers is bounded while autograd saves only O(N·H·k).
-_GATHER_ELEMENTS = 1 << 22
 # Score tiles of the blockwise log-sum-exp (full-softmax normaliser): query rows × key columns × heads.
 _LSE_TILE_ELEMENTS = 1 << 24
 _LSE_KEY_TILE = 1 << 15
@@ -105,61 +103,6 @@ def _checked_ptr(
     return ptr, key_ptr
 
 
-def _accumulate_dtype(tensor: Tensor) -> torch.dtype:
-    return torch.promote_types(tensor.dtype, torch.float32)
-
-
-def _chunk_rows(index: Tensor, width: int) -> int:
-    """Rows per chunk so that a gathered ``[rows, H, k, width]`` tensor stays near the element budget."""
-    return max(1, _GATHER_ELEMENTS // max(1, index.shape[1] * index.shape[2] * width))
-
-
-def _gathered_dot(a: Tensor, b: Tensor, index: Tensor) -> Tensor:
-    """``out[n, h, j] = a[n, h] · b[index[n, h, j], h]``; a, b ``[N, H, d]``, index ``[N, H, k]``.
-
-    Computed and returned in :func:`_accumulate_dtype`: a float16 product overflows at 65,504.
-    """
-    heads = torch.arange(index.shape[1], device=index.device)[None, :, None]
-    accumulate = _accumulate_dtype(a)
-    out = a.new_empty(index.shape, dtype=accumulate)
-    step = _chunk_rows(index, b.shape[-1])
-    for r0 in range(0, index.shape[0], step):
-        rows = slice(r0, r0 + step)
-        gathered = b[index[rows], heads].to(accumulate)
-        out[rows] = torch.matmul(gathered, a[rows, :, :, None].to(accumulate))[..., 0]
-    return out
-
-
-def _gathered_sum(weights: Tensor, b: Tensor, index: Tensor) -> Tensor:
-    """``out[n, h] = Σ_j weights[n, h, j] · b[index[n, h, j], h]``; returns ``[N, H, d_b]``."""
-    heads = torch.arange(index.shape[1], device=index.device)[None, :, None]
-    out = b.new_empty(index.shape[0], index.shape[1], b.shape[-1])
-    step = _chunk_rows(index, b.shape[-1])
-    for r0 in range(0, index.shape[0], step):
-        rows = slice(r0, r0 + step)
-        out[rows] = torch.matmul(weights[rows, :, None, :], b[index[rows], heads])[:, :, 0]
-    return out
-
-
-def _scatter_rows(weights: Tensor, a: Tensor, index: Tensor, num_rows: int) -> Tensor:
-    """Adjoint of the gathers: ``out[index[m, h, j], h] += weights[m, h, j] · a[m, h]``, ``[num_rows, H, d]``.
-
-    ``index`` ``[M, H, k]`` points into the ``num_rows`` (N) key rows, which need not be M.
-    """
-    num_queries, heads, _ = index.shape
-    width = a.shape[-1]
-    accumulate = _accumulate_dtype(a)
-    out = torch.zeros(num_rows * heads, width, dtype=accumulate, device=a.device)
-    head_offset = torch.arange(heads, device=index.device)[None, :, None]
-    step = _chunk_rows(index, width)
-    for r0 in range(0, num_queries, step):
-        rows = slice(r0, r0 + step)
-        targets = (index[rows] * heads + head_offset).reshape(-1)
-        contributions = weights[rows, :, :, None] * a[rows, :, None, :]
-        out.index_add_(0, targets, contributions.reshape(-1, width).to(accumulate))
-    return out.view(num_rows, heads, width).to(a.dtype)
-
-
 class _SelectedSoftmaxAttention(torch.autograd.Function):
     """Softmax attention restricted to given key indices, saving only O(N·H·k) for backward.
 
@@ -178,7 +121,7 @@ class _SelectedSoftmaxAttention(torch.autograd.Function):
         # (e.g. row 0) would leak an unchecked NaN into this graph.
         safe = torch.where(valid, index, pad_row[:, None, None])
         # Half-precision inputs get a float32 softmax; float64 stays float64.
-        logits = _gathered_dot(query, key, safe) * scale
+        logits = gathered_dot(query, key, safe) * scale
         logits.masked_fill_(~valid, float("-inf"))
         # A query whose graph has no keys has no valid slot: softmax gives NaN there; it attends to nothing.
         weights = torch.softmax(logits, dim=-1).masked_fill(~valid, 0.0)
@@ -187,7 +130,7 @@ class _SelectedSoftmaxAttention(torch.autograd.Function):
         if dropout_p > 0:
             keep = torch.rand_like(weights) >= dropout_p
             dropped = weights * keep / (1.0 - dropout_p)
-        out = _gathered_sum(dropped.to(value.dtype), value, safe)
+        out = gathered_sum(dropped.to(value.dtype), value, safe)
         ctx.save_for_backward(query, key, value, safe, weights, keep)
         ctx.scale, ctx.dropout_p = scale, dropout_p
         ctx.mark_non_differentiable(weights)
@@ -199,16 +142,16 @@ class _SelectedSoftmaxAttention(torch.autograd.Function):
             return None, None, None, None, None, None, None
         query, key, value, safe, weights, keep = ctx.saved_tensors
         dropped = weights if keep is None else weights * keep / (1.0 - ctx.dropout_p)
-        grad_dropped = _gathered_dot(grad_out, value, safe)
+        grad_dropped = gathered_dot(grad_out, value, safe)
         grad_weights = grad_dropped if keep is None else grad_dropped * keep / (1.0 - ctx.dropout_p)
         grad_logits = weights * (grad_weights - (weights * grad_weights).sum(-1, keepdim=True)) * ctx.scale
         grad_logits = grad_logits.to(query.dtype)
-        grad_query = _gathered_sum(grad_logits, key, safe) if ctx.needs_input_grad[0] else None
+        grad_query = gathered_sum(grad_logits, key, safe) if ctx.needs_input_grad[0] else None
         num_keys = key.shape[0]
-        grad_key = _scatter_rows(grad_logits, query, safe, num_keys) if ctx.needs_input_grad[1] else None
+        grad_key = scatter_rows(grad_logits, query, safe, num_keys) if ctx.needs_input_grad[1] else None
         grad_value = None
         if ctx.needs_input_grad[2]:
-            grad_value = _scatter_rows(dropped.to(grad_out.dtype), grad_out, safe, num_keys)
+            grad_value = scatter_rows(dropped.to(grad_out.dtype), grad_out, safe, num_keys)
         return grad_query, grad_key, grad_value, None, None, None, None
 
 
@@ -432,7 +375,7 @@ def full_attention_topk(
     with torch.no_grad():
         scores, index = topk_inner_product(query, key, k, ptr=ptr, check_finite=False)
         # Recomputed in float32 for half inputs: their returned scores saturate beyond the half range.
-        logits = _gathered_dot(query, key, index.clamp(min=0)).masked_fill(index < 0, float("-inf")) * scale
+        logits = gathered_dot(query, key, index.clamp(min=0)).masked_fill(index < 0, float("-inf")) * scale
         full = torch.exp(logits - _blockwise_logsumexp(query, key, ptr, scale)[..., None])
         mass = full.sum(-1)
     return AttentionSelection(index, scores, torch.softmax(logits, dim=-1), mass)
@@ -441,7 +384,7 @@ def full_attention_topk(
 def _blockwise_logsumexp(query: Tensor, key: Tensor, ptr: Tensor, scale: float) -> Tensor:
     """``[N, H]`` log Σ_j exp(s q_i·k_j) over the keys j of i's graph, one bounded score tile at a time."""
     num_nodes, heads, _ = query.shape
-    accumulate = _accumulate_dtype(query)
+    accumulate = accumulate_dtype(query)
     out = torch.full((num_nodes, heads), float("-inf"), dtype=accumulate, device=query.device)
     lo, hi = node_graph_bounds(ptr, query.device)
     query_h, key_h = query.transpose(0, 1).to(accumulate), key.transpose(0, 1).to(accumulate)

@@ -125,8 +125,19 @@ class OptimConfig:
 
 
 @dataclass
+class DistributedConfig:
+    """How a run spreads over processes (``docs/distributed.md``).
+
+    ``strategy``: ``none`` (one process) or ``ddp`` (``task.level: graph``: DistributedDataParallel under
+    torchrun; ``data.batch_size`` is the global batch, split evenly over the ranks; rank 0 writes the run).
+    """
+
+    strategy: str = "none"
+
+
+@dataclass
 class Config:
-    """A whole run: data, task, model, optimiser, seed, device, CPU threads and output directory.
+    """A whole run: data, task, model, optimiser, processes, seed, device, CPU threads and output directory.
 
     ``threads`` sets torch's intra-op CPU threads (``None``: torch's default, one per core).
     ``log_branches``: log each GPS layer's branch output scale and gradient norm per epoch
@@ -139,6 +150,7 @@ class Config:
     task: TaskConfig = field(default_factory=TaskConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
     seed: int = 0
     device: str = "auto"
     threads: int | None = None

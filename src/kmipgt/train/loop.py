@@ -19,9 +19,13 @@ from typing import Any
 import numpy as np
 import torch
 import yaml
+from torch.nn.parallel import DistributedDataParallel
 from torch_geometric.data import Data
 from tqdm import tqdm
 
+from kmipgt.distributed.batch_norm import global_batch_norms
+from kmipgt.distributed.collect import gather_objects, run_on_main, sum_across_ranks
+from kmipgt.distributed.launch import current_ranks, rank_device
 from kmipgt.logs import quiet
 from kmipgt.nn import GraphTransformer, KMIPCore
 from kmipgt.train.atomic import atomic_write, atomic_write_text
@@ -139,12 +143,20 @@ class Trainer:
     Run directory: ``config.yaml``, ``last.pt`` (every epoch, for ``resume``), ``best.pt`` (best
     validation metric), ``log.csv``, ``curves.png``, ``metrics.json`` and, on request, ``tokens.pt``,
     ``branches.png`` and ``tensorboard/``.
+
+    With ``distributed.strategy: ddp`` (in an initialised process group, :func:`kmipgt.train.train` joins
+    torchrun's) every rank trains a DistributedDataParallel copy on its share of each batch; losses and
+    metrics are those of the whole batch and split, and only rank 0 writes the run directory.
     """
 
     def __init__(self, config: Config, data: PreparedData | None = None):
         self.config = config
         self.run_dir = Path(config.out_dir)
+        self.ranks = current_ranks() if config.distributed.strategy == "ddp" else None
+        self.writes_files = self.ranks is None or self.ranks.main
         self.device = resolve_device(config.device)
+        if self.ranks is not None:
+            self.device = rank_device(self.device, self.ranks)
         if config.threads is not None:
             if config.threads <= 0:
                 raise ValueError(f"threads must be a positive int or null, got {config.threads}")
@@ -153,8 +165,17 @@ class Trainer:
         self.data = data if data is not None else prepare_data(config)
         seed_everything(config.seed)
         self.model = build_model(config, self.data).to(self.device)
+        if self.ranks is not None:
+            self.model = global_batch_norms(self.model)  # BatchNorm statistics of the global batch
+        # What training steps through: the model, or its DDP wrapper that averages gradients over ranks.
+        self.network: torch.nn.Module = self.model
+        if self.ranks is not None:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            # Some configs leave parameters out of the loss (e.g. the last GatedGCN layer's edge update),
+            # which DDP must be told to look for, or its gradient reduction waits for them forever.
+            self.network = DistributedDataParallel(self.model, device_ids=ids, find_unused_parameters=True)
         self.loader_generator = torch.Generator().manual_seed(config.seed)
-        self.task = make_task(config, self.data, self.loader_generator)
+        self.task = make_task(config, self.data, self.loader_generator, self.ranks)
         self.steps_per_epoch = self.task.steps_per_epoch()
         opt = config.optim
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=opt.lr, weight_decay=opt.weight_decay)
@@ -166,12 +187,12 @@ class Trainer:
         self.state = _State()
         self.higher_is_better = higher_is_better(config.task.metric)
 
-    def _predict(self, batch: Data) -> torch.Tensor:
-        """The model's output in fp32; with ``optim.precision: bf16`` the forward runs under bf16 autocast
-        (weights, optimiser state and the loss stay fp32)."""
+    def _predict(self, batch: Data, network: torch.nn.Module | None = None) -> torch.Tensor:
+        """The output of ``network`` (default: the model) in fp32; with ``optim.precision: bf16`` the forward
+        runs under bf16 autocast (weights, optimiser state and the loss stay fp32)."""
         bf16 = self.config.optim.precision == "bf16"
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=bf16):
-            return forward(self.model, batch).float()
+            return forward(self.model if network is None else network, batch).float()
 
     def _redraw_random_features(self) -> None:
         for module in self.model.modules():
@@ -179,13 +200,13 @@ class Trainer:
                 module.redraw_projection()
 
     def _train_epoch(self) -> float:
-        """One epoch of optimiser steps; the mean training loss per node, graph or pair."""
+        """One epoch of optimiser steps; the mean training loss per node, graph or pair (over every rank)."""
         self.model.train()
         self._redraw_random_features()
         loss_name, clip = self.config.task.loss, self.config.optim.grad_clip
         total, count = 0.0, 0
         for step in self.task.train_steps(self.device):
-            output, target = self.task.loss_inputs(self._predict(step.batch), step)
+            output, target = self.task.loss_inputs(self._predict(step.batch, self.network), step)
             loss = compute_loss(loss_name, output, target)
             self.optimizer.zero_grad()
             loss.backward()
@@ -197,6 +218,8 @@ class Trainer:
             self.scheduler.step()
             total += loss.item() * target.size(0)
             count += target.size(0)
+        if self.ranks is not None:
+            total, count = sum_across_ranks([total, count])
         return total / count
 
     @torch.no_grad()
@@ -218,7 +241,9 @@ class Trainer:
         return value > best if self.higher_is_better else value < best
 
     def _checkpoint_content(self) -> dict[str, Any]:
-        return {
+        """What ``last.pt`` holds; under ``ddp`` also every rank's RNG states (a collective: every rank
+        calls it)."""
+        content = {
             "config": config_to_dict(self.config),
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -226,10 +251,29 @@ class Trainer:
             "state": self.state.__dict__,
             "rng": rng_state(self.loader_generator),
         }
+        if self.ranks is not None:
+            # Dropout draws differ between ranks, so each rank resumes its own generators.
+            content["rank_rng"] = gather_objects(content["rng"])
+        return content
+
+    def _load(self, name: str, keys: tuple[str, ...] = ("model",)) -> dict[str, Any]:
+        """A checkpoint of the run directory; under ``ddp`` rank 0 reads it (only it writes the run
+        directory, which other hosts may not see) and every rank gets its content, or its error."""
+        def load() -> dict[str, Any]:
+            return load_checkpoint(self.run_dir / name, keys=keys)
+
+        return load() if self.ranks is None else run_on_main(load, self.ranks)
+
+    def _own_rng(self, checkpoint: dict[str, Any]) -> dict[str, Any]:
+        """This rank's saved RNG states: its own where the checkpoint has one per rank of this run."""
+        per_rank = checkpoint.get("rank_rng")
+        if self.ranks is not None and per_rank is not None and len(per_rank) == self.ranks.size:
+            return per_rank[self.ranks.rank]
+        return checkpoint["rng"]
 
     def resume(self) -> None:
         """Continue from ``last.pt`` in the run directory, restoring weights, optimiser, history and RNG."""
-        checkpoint = load_checkpoint(self.run_dir / "last.pt", keys=_RESUME_KEYS)
+        checkpoint = self._load("last.pt", keys=_RESUME_KEYS)
         changed = config_differences(checkpoint["config"], config_to_dict(self.config))
         if changed:
             raise ValueError(
@@ -240,7 +284,7 @@ class Trainer:
         self.optimizer.load_state_dict(checkpoint["optimizer"])
         self.scheduler.load_state_dict(checkpoint["scheduler"])
         self.state = _State(**checkpoint["state"])
-        set_rng_state(checkpoint["rng"], self.loader_generator)
+        set_rng_state(self._own_rng(checkpoint), self.loader_generator)
 
     def fit(self, stop_after: int | None = None, progress: bool = True) -> dict[str, Any]:
         """Train up to ``optim.epochs`` (or stop after epoch ``stop_after``, resumable later).
@@ -250,15 +294,16 @@ class Trainer:
         else the metrics of the last evaluation.
         """
         opt = self.config.optim
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(
-            self.run_dir / "config.yaml", yaml.safe_dump(config_to_dict(self.config), sort_keys=False)
-        )
+        if self.writes_files:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(
+                self.run_dir / "config.yaml", yaml.safe_dump(config_to_dict(self.config), sort_keys=False)
+            )
         last_epoch = opt.epochs if stop_after is None else min(opt.epochs, stop_after)
         bar = tqdm(
             range(self.state.epoch, last_epoch),
             desc=f"train {self.data.name}",
-            disable=not progress or quiet(),
+            disable=not progress or quiet() or not self.writes_files,
             file=sys.stderr,
             initial=self.state.epoch,
             total=opt.epochs,
@@ -271,8 +316,9 @@ class Trainer:
             bar.close()
             if scalars is not None:
                 scalars.close()
-        plot_curves(self.run_dir / "curves.png", self.state.history, self.config.task.metric)
-        if self.branches is not None:
+        if self.writes_files:
+            plot_curves(self.run_dir / "curves.png", self.state.history, self.config.task.metric)
+        if self.branches is not None and self.writes_files:
             plot_branches(self.run_dir / "branches.png", self.state.history)
         if self.state.epoch < opt.epochs:
             return {"epochs_done": self.state.epoch, "complete": False}
@@ -280,7 +326,7 @@ class Trainer:
 
     def _scalar_writer(self) -> ScalarWriter | None:
         """The TensorBoard writer of ``tensorboard: true``, continuing after the epochs already done."""
-        if not self.config.tensorboard:
+        if not self.config.tensorboard or not self.writes_files:
             return None
         return ScalarWriter(self.run_dir / "tensorboard", first_epoch=self.state.epoch + 1)
 
@@ -308,7 +354,8 @@ class Trainer:
             row.update(scores)
             if self._is_better(scores["val"]):
                 self.state.best_value, self.state.best_epoch = scores["val"], epoch + 1
-                save_checkpoint(self.run_dir / "best.pt", model=self.model.state_dict(), epoch=epoch + 1)
+                if self.writes_files:
+                    save_checkpoint(self.run_dir / "best.pt", model=self.model.state_dict(), epoch=epoch + 1)
             bar.set_postfix(loss=f"{loss:.3f}", val=f"{scores['val']:.3f}", test=f"{scores['test']:.3f}")
         row["seconds"] = time.perf_counter() - start
         return row
@@ -322,12 +369,14 @@ class Trainer:
         # resumed writer purges the epoch's stale scalars; the other order would lose them.
         if scalars is not None:
             scalars.add_row(row)
-        save_checkpoint(self.run_dir / "last.pt", **self._checkpoint_content())
-        write_csv(self.run_dir / "log.csv", self.state.history)
+        content = self._checkpoint_content()
+        if self.writes_files:
+            save_checkpoint(self.run_dir / "last.pt", **content)
+            write_csv(self.run_dir / "log.csv", self.state.history)
 
     def finish(self) -> dict[str, Any]:
         """Evaluate the best checkpoint on every split and write ``metrics.json``."""
-        best = load_checkpoint(self.run_dir / "best.pt")
+        best = self._load("best.pt")
         self.model.load_state_dict(best["model"])
         with out_of_memory_hint(self.config):
             scores = self.evaluate()
@@ -343,7 +392,8 @@ class Trainer:
             "peak_memory_mb": peak_memory_mb(self.device),
             "complete": True,
         }
-        write_json(self.run_dir / "metrics.json", metrics)
+        if self.writes_files:
+            write_json(self.run_dir / "metrics.json", metrics)
         return metrics
 
     @torch.no_grad()

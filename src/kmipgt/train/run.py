@@ -6,12 +6,15 @@ train`` does, so a reloaded run sees the same data and model as the one that was
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
+from kmipgt.distributed.collect import run_on_main
+from kmipgt.distributed.launch import Ranks, process_group
 from kmipgt.train.checkpoint import load_checkpoint
 from kmipgt.train.config import Config, load_config
-from kmipgt.train.loop import Trainer, out_of_memory_hint
+from kmipgt.train.loop import Trainer, out_of_memory_hint, resolve_device
 from kmipgt.train.rundir import prepare_run
 from kmipgt.train.task import SplitGraph
 
@@ -29,16 +32,38 @@ def train(
     """Train ``config`` (optionally resuming ``out_dir/last.pt``) and return the final metrics.
 
     The whole config and the run directory are checked first (:func:`kmipgt.train.rundir.prepare_run`):
-    a directory holding another run is refused unless ``resume`` or ``overwrite``.
+    a directory holding another run is refused unless ``resume`` or ``overwrite``. With
+    ``distributed.strategy: ddp`` this runs on every rank torchrun started (joining its process group
+    unless one is initialised); rank 0 checks the run directory and writes the run.
     """
-    config = prepare_run(config, resume=resume, overwrite=overwrite)
-    trainer = Trainer(config)
+    with _process_group(config) as ranks:
+        # The trainer (and its DDP reducer) lives only inside this call, so it is gone before the process
+        # group is destroyed: a reducer freed after its group was measured to hang the process at exit.
+        return _train_run(config, ranks, resume, stop_after, save_tokens, progress, overwrite)
+
+
+def _train_run(
+    config: Config, ranks: Ranks | None, resume: bool, stop_after: int | None, save_tokens: bool,
+    progress: bool, overwrite: bool,
+) -> dict[str, Any]:
+    """:func:`train` inside its process group (``ranks``: None for one process)."""
+    def prepare() -> Config:
+        return prepare_run(config, resume=resume, overwrite=overwrite)
+
+    trainer = Trainer(prepare() if ranks is None else run_on_main(prepare, ranks))
     if resume:
         trainer.resume()
     metrics = trainer.fit(stop_after=stop_after, progress=progress)
-    if save_tokens and metrics.get("complete"):
+    if save_tokens and metrics.get("complete") and trainer.writes_files:
         metrics["tokens"] = str(trainer.save_tokens())
     return metrics
+
+
+def _process_group(config: Config) -> contextlib.AbstractContextManager[Ranks | None]:
+    """The process group of a ``ddp`` run (torchrun's, unless one is initialised); None for one process."""
+    if config.distributed.strategy != "ddp":
+        return contextlib.nullcontext()
+    return process_group(resolve_device(config.device).type)
 
 
 def load_run(

@@ -9,7 +9,6 @@ the targets, the outputs and targets each split is scored on, and which graph a 
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
@@ -20,6 +19,9 @@ from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
 from torch_geometric.utils import negative_sampling
 
+from kmipgt.distributed.collect import gather_rows
+from kmipgt.distributed.launch import Ranks
+from kmipgt.distributed.sampling import GeneratorDistributedSampler, evaluation_share, rank_batch_size
 from kmipgt.train.config import Config
 from kmipgt.train.datasets import SPLITS, PreparedData, label_columns, node_coords
 
@@ -119,15 +121,19 @@ class Task:
 
     Defaults: one full-batch step per epoch, targets in ``y``, each split scored over the graphs of its
     list (:meth:`eval_batches`). ``generator`` is the run's data RNG (shuffles, label draws): the loop
-    saves it in checkpoints, so a resumed run draws the same.
+    saves it in checkpoints, so a resumed run draws the same. ``ranks``: this process's place among the
+    ranks of a ``ddp`` run (None: one process).
     """
 
     level: ClassVar[str]
 
-    def __init__(self, config: Config, data: PreparedData, generator: torch.Generator):
+    def __init__(
+        self, config: Config, data: PreparedData, generator: torch.Generator, ranks: Ranks | None = None
+    ):
         self.config = config
         self.data = data
         self.generator = generator
+        self.ranks = ranks
 
     def steps_per_epoch(self) -> int:
         """Optimiser steps in one training epoch (the LR schedule counts in steps)."""
@@ -233,12 +239,16 @@ class NodeTask(Task):
 
 
 class GraphTask(Task):
-    """``graph``: many graphs per split, in mini-batches of ``data.batch_size``, shuffled for training."""
+    """``graph``: many graphs per split, in mini-batches of ``data.batch_size``, shuffled for training.
+
+    Under ``ddp`` each rank steps through its share of every global batch and scores a contiguous share of
+    each split; the outputs are gathered in rank order, so every rank scores the whole split as one process.
+    """
 
     level = "graph"
 
     def steps_per_epoch(self) -> int:
-        return math.ceil(len(self.data.splits["train"]) / self.config.data.batch_size)
+        return len(self._loader("train", shuffle=True))
 
     def train_steps(self, device: torch.device) -> Iterator[Step]:
         return (Step(batch.to(device), None) for batch in self._loader("train", shuffle=True))
@@ -246,13 +256,27 @@ class GraphTask(Task):
     def eval_batches(self, split: str) -> DataLoader:
         return self._loader(split, shuffle=False)
 
+    def split_outputs(
+        self, predict: Callable[[Data], torch.Tensor], splits: Iterable[str], device: torch.device
+    ) -> Iterator[tuple[str, torch.Tensor, torch.Tensor]]:
+        outputs = super().split_outputs(predict, splits, device)
+        if self.ranks is None:
+            return outputs
+        return ((split, gather_rows(output), gather_rows(target)) for split, output, target in outputs)
+
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        return DataLoader(
-            self.data.splits[split],
-            batch_size=self.config.data.batch_size,
-            shuffle=shuffle,
-            generator=self.generator if shuffle else None,
-        )
+        graphs, batch_size = self.data.splits[split], self.config.data.batch_size
+        if self.ranks is None:
+            return DataLoader(
+                graphs, batch_size=batch_size, shuffle=shuffle, generator=self.generator if shuffle else None
+            )
+        if shuffle:
+            sampler = GeneratorDistributedSampler(graphs, self.ranks, self.generator)
+            # The loader draws its base seed from the same generator, as one process's loader does.
+            per_rank = rank_batch_size(batch_size, self.ranks)
+            return DataLoader(graphs, batch_size=per_rank, sampler=sampler, generator=self.generator)
+        share = evaluation_share(len(graphs), self.ranks)
+        return DataLoader(graphs[share.start:share.stop], batch_size=batch_size)
 
 
 class LinkTask(Task):
@@ -274,8 +298,10 @@ class LinkTask(Task):
 TASK_CLASSES: dict[str, type[Task]] = {task.level: task for task in (NodeTask, GraphTask, LinkTask)}
 
 
-def make_task(config: Config, data: PreparedData, generator: torch.Generator) -> Task:
-    """The task of ``data.level`` over ``data``, drawing its randomness from ``generator``."""
+def make_task(
+    config: Config, data: PreparedData, generator: torch.Generator, ranks: Ranks | None = None
+) -> Task:
+    """The task of ``data.level`` over ``data``, drawing its randomness from ``generator`` (on ``ranks``)."""
     if data.level not in TASK_CLASSES:
         raise ValueError(f"task level must be one of {tuple(TASK_CLASSES)}, got {data.level!r}")
-    return TASK_CLASSES[data.level](config, data, generator)
+    return TASK_CLASSES[data.level](config, data, generator, ranks)

@@ -12,6 +12,7 @@ import math
 import torch
 
 from kmipgt.data import list_datasets
+from kmipgt.distributed.launch import STRATEGIES
 from kmipgt.nn.attention import ATTENTION_KINDS
 from kmipgt.nn.gps_layer import LOCAL_KINDS, NORM_KINDS
 from kmipgt.nn.model import ATTENTION_QK, POOLINGS, TASKS
@@ -117,6 +118,12 @@ def validate_config(config: Config) -> None:
     _fraction("task.label_inputs", config.task.label_inputs, closed=False)
     _check_model(config)
     _check_optim(config)
+    _one_of("distributed.strategy", config.distributed.strategy, STRATEGIES)
+    if config.distributed.strategy == "ddp" and config.task.level != "graph":
+        raise ValueError(
+            "distributed.strategy 'ddp' splits mini-batches of many graphs (task.level: graph), got "
+            f"task.level {config.task.level!r}"
+        )
     _at_least("threads", config.threads, 1, optional=True)
     if config.tensorboard:
         require_tensorboard()
