@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch_geometric.data import Batch, Data
-from torch_geometric.nn import GCNConv, SAGEConv
+from torch_geometric.nn import GATConv, GCNConv, SAGEConv
 
 from kmipgt.nn import FourierFeatures, GatedGCNLayer, GPSLayer, GraphTransformer
 
@@ -221,13 +221,13 @@ def test_gps_layer_without_residual_and_ffn_is_a_gcn_layer_plus_attention(attent
     assert not any(name.startswith(("ffn", "norm_ffn")) for name, _ in layer.named_parameters())
 
 
-@pytest.mark.parametrize("local", ["sage", "gcn"])
+@pytest.mark.parametrize("local", ["sage", "gcn", "gat"])
 def test_gps_layer_without_ffn_drops_out_once_like_pyg(local):
     """In training, the layer without residual and FFN is PyG's BasicGNN step: conv, norm, activation,
     one dropout (dropping the branch before the norm as well would drop it twice)."""
     graph = _random_graph(40, channels=16)
     layer = GPSLayer(16, local=local, attention="none", dropout=0.5, branch_residual=False, ffn=False)
-    conv = SAGEConv(16, 16) if local == "sage" else GCNConv(16, 16)
+    conv = {"sage": SAGEConv, "gcn": GCNConv, "gat": GATConv}[local](16, 16)
     conv.load_state_dict(layer.local.state_dict())
     norm = torch.nn.LayerNorm(16)
     norm.load_state_dict(layer.norm_local.state_dict())

@@ -7,12 +7,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch_geometric.nn import GCNConv, GINEConv, SAGEConv
+from torch_geometric.nn import GATConv, GCNConv, GINEConv, SAGEConv
 
 from kmipgt.nn.attention import build_global_attention
 from kmipgt.nn.gated_gcn import GatedGCNLayer
 
-LOCAL_KINDS = ("gatedgcn", "gine", "sage", "gcn", "none")
+LOCAL_KINDS = ("gatedgcn", "gine", "sage", "gcn", "gat", "none")
 EDGE_LOCAL_KINDS = ("gatedgcn", "gine")  # the local MPNNs that read edge features
 NORM_KINDS = ("layer", "batch")
 
@@ -30,7 +30,8 @@ def build_local_mpnn(
     kind: str, channels: int, dropout: float = 0.0, residual: bool = True
 ) -> torch.nn.Module | None:
     """GatedGCN (with edge updates), GINE (PyG ``GINEConv``), GraphSAGE (PyG ``SAGEConv``), GCN (PyG
-    ``GCNConv``, symmetric normalisation with self-loops) or ``None``. ``residual`` is GatedGCN's own
+    ``GCNConv``, symmetric normalisation with self-loops), GAT (PyG ``GATConv``, one head, as PyG's ``GAT``
+    model builds it by default) or ``None``. ``residual`` is GatedGCN's own
     residual connection; :class:`GPSLayer` adds the others'."""
     if kind == "gatedgcn":
         return GatedGCNLayer(channels, dropout=dropout, residual=residual)
@@ -43,6 +44,8 @@ def build_local_mpnn(
         return SAGEConv(channels, channels)
     if kind == "gcn":
         return GCNConv(channels, channels)
+    if kind == "gat":
+        return GATConv(channels, channels)
     if kind == "none":
         return None
     raise ValueError(f"local MPNN must be one of {LOCAL_KINDS}, got {kind!r}")
@@ -57,7 +60,7 @@ class GPSLayer(torch.nn.Module):
         \mathbf{h}' &= \mathrm{Norm}(\mathbf{h}_L + \mathbf{h}_G + \mathrm{FFN}(\mathbf{h}_L + \mathbf{h}_G))
 
     GatedGCN carries its own residual, dropout and edge update (GraphGPS's ``CustomGatedGCN`` wiring);
-    GINE keeps the edge features unchanged; GraphSAGE and GCN ignore them. Either branch may be absent
+    GINE keeps the edge features unchanged; GraphSAGE, GCN and GAT ignore them. Either branch may be absent
     (``local="none"`` or ``attention="none"``), but not both.
 
     With ``attention_gate=True`` (and a local MPNN) the attention enters as a gated residual of the

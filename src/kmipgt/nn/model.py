@@ -135,7 +135,7 @@ class GraphTransformer(_ReadoutModel):
         num_layers: number of GPS layers.
         task: one of :data:`TASKS`.
         edge_channels: raw edge feature size (0: featureless edges).
-        local: local MPNN kind (``"gatedgcn"``, ``"gine"``, ``"sage"``, ``"gcn"``, ``"none"``).
+        local: local MPNN kind (``"gatedgcn"``, ``"gine"``, ``"sage"``, ``"gcn"``, ``"gat"``, ``"none"``).
         attention: global attention kind (``"kmip"``, ``"full"``, ``"performer"``, ``"grf"``, ``"none"``).
         heads: attention heads.
         head_dim: attention head size (default ``channels // heads``).
