@@ -1,5 +1,7 @@
 """GatedGCN, GPSLayer and GraphTransformer: references, shapes, gradients, ragged batches, toy tasks."""
 
+from functools import partial
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -224,10 +226,11 @@ def test_gps_layer_without_residual_and_ffn_is_a_gcn_layer_plus_attention(attent
 @pytest.mark.parametrize("local", ["sage", "gcn", "gat"])
 def test_gps_layer_without_ffn_drops_out_once_like_pyg(local):
     """In training, the layer without residual and FFN is PyG's BasicGNN step: conv, norm, activation,
-    one dropout (dropping the branch before the norm as well would drop it twice)."""
+    one dropout (dropping the branch before the norm as well would drop it twice); GAT's attention
+    coefficients are dropped inside the conv, as PyG's GAT does."""
     graph = _random_graph(40, channels=16)
     layer = GPSLayer(16, local=local, attention="none", dropout=0.5, branch_residual=False, ffn=False)
-    conv = {"sage": SAGEConv, "gcn": GCNConv, "gat": GATConv}[local](16, 16)
+    conv = {"sage": SAGEConv, "gcn": GCNConv, "gat": partial(GATConv, dropout=0.5)}[local](16, 16)
     conv.load_state_dict(layer.local.state_dict())
     norm = torch.nn.LayerNorm(16)
     norm.load_state_dict(layer.norm_local.state_dict())

@@ -30,8 +30,8 @@ def build_local_mpnn(
     kind: str, channels: int, dropout: float = 0.0, residual: bool = True
 ) -> torch.nn.Module | None:
     """GatedGCN (with edge updates), GINE (PyG ``GINEConv``), GraphSAGE (PyG ``SAGEConv``), GCN (PyG
-    ``GCNConv``, symmetric normalisation with self-loops), GAT (PyG ``GATConv``, one head, as PyG's ``GAT``
-    model builds it by default) or ``None``. ``residual`` is GatedGCN's own
+    ``GCNConv``, symmetric normalisation with self-loops), GAT (PyG ``GATConv``, one head, its attention
+    coefficients dropped out at ``dropout``, as PyG's ``GAT`` model builds it) or ``None``. ``residual`` is GatedGCN's own
     residual connection; :class:`GPSLayer` adds the others'."""
     if kind == "gatedgcn":
         return GatedGCNLayer(channels, dropout=dropout, residual=residual)
@@ -45,7 +45,7 @@ def build_local_mpnn(
     if kind == "gcn":
         return GCNConv(channels, channels)
     if kind == "gat":
-        return GATConv(channels, channels)
+        return GATConv(channels, channels, dropout=dropout)
     if kind == "none":
         return None
     raise ValueError(f"local MPNN must be one of {LOCAL_KINDS}, got {kind!r}")
