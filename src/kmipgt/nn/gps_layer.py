@@ -31,8 +31,8 @@ def build_local_mpnn(
 ) -> torch.nn.Module | None:
     """GatedGCN (with edge updates), GINE (PyG ``GINEConv``), GraphSAGE (PyG ``SAGEConv``), GCN (PyG
     ``GCNConv``, symmetric normalisation with self-loops), GAT (PyG ``GATConv``, one head, its attention
-    coefficients dropped out at ``dropout``, as PyG's ``GAT`` model builds it) or ``None``. ``residual`` is GatedGCN's own
-    residual connection; :class:`GPSLayer` adds the others'."""
+    coefficients dropped out at ``dropout``, as PyG's ``GAT`` model builds it) or ``None``. ``residual`` is
+    GatedGCN's own residual connection; :class:`GPSLayer` adds the others'."""
     if kind == "gatedgcn":
         return GatedGCNLayer(channels, dropout=dropout, residual=residual)
     if kind == "gine":
