@@ -8,23 +8,17 @@ from __future__ import annotations
 
 import sys
 
-import torch
 from torch_geometric.data import Data
 
 import kmipgt.train.datasets
 from kmipgt.cli import main
 from kmipgt.train import load_config, train
+from tiny_runs import sign_graphs
 
 
 def toy_graph_splits(num_graphs: int = 46, seed: int = 0) -> dict[str, list[Data]]:
-    """Random graphs of 3 to 8 nodes labelled by the sign of their mean first feature: 30/8/8 split."""
-    gen = torch.Generator().manual_seed(seed)
-    graphs = []
-    for _ in range(num_graphs):
-        n = int(torch.randint(3, 9, (1,), generator=gen))
-        x = torch.randn(n, 4, generator=gen)
-        edge_index = torch.randint(0, n, (2, 2 * n), generator=gen)
-        graphs.append(Data(x=x, edge_index=edge_index, y=(x[:, 0].mean() > 0).long().view(1)))
+    """:func:`tiny_runs.sign_graphs` in a 30/8/8 split."""
+    graphs = sign_graphs(num_graphs, seed)
     return {"train": graphs[:30], "val": graphs[30:38], "test": graphs[38:]}
 
 

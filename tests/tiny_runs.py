@@ -1,4 +1,5 @@
-"""Tiny data and runs shared by tests: a toy node-level graph and config, a trained tiny synthetic city."""
+"""Tiny data and runs shared by tests: toy node- and graph-level data, a node-level config, a trained tiny
+synthetic city."""
 
 import torch
 from torch_geometric.data import Data
@@ -7,6 +8,22 @@ from torch_geometric.utils import to_undirected
 from kmipgt.cli import main
 from kmipgt.train import load_config
 from kmipgt.train.datasets import PreparedData
+
+
+def sign_graphs(num_graphs: int, seed: int = 0, edge_dim: int = 0) -> list[Data]:
+    """Random graphs of 3 to 8 nodes with 4 features (and ``edge_dim`` edge features), each labelled by the
+    sign of its mean first feature."""
+    gen = torch.Generator().manual_seed(seed)
+    graphs = []
+    for _ in range(num_graphs):
+        n = int(torch.randint(3, 9, (1,), generator=gen))
+        x = torch.randn(n, 4, generator=gen)
+        graph = Data(x=x, edge_index=torch.randint(0, n, (2, 2 * n), generator=gen))
+        if edge_dim:
+            graph.edge_attr = torch.randn(2 * n, edge_dim, generator=gen)
+        graph.y = (x[:, 0].mean() > 0).long().view(1)
+        graphs.append(graph)
+    return graphs
 
 
 def train_tiny_city(out, attention: str = "kmip", num_nodes: int = 600) -> None:

@@ -17,6 +17,7 @@ from kmipgt.train import Trainer, build_model, load_config
 from kmipgt.train.datasets import PreparedData
 from kmipgt.train.metrics import compute_metric, higher_is_better
 from kmipgt.train.task import forward as _forward
+from tiny_runs import sign_graphs
 
 
 def test_config_file_and_overrides(tmp_path):
@@ -53,14 +54,7 @@ def test_metrics_against_references():
 
 
 def _toy_graph_data(num_graphs=24, seed=0) -> PreparedData:
-    gen = torch.Generator().manual_seed(seed)
-    graphs = []
-    for _ in range(num_graphs):
-        n = int(torch.randint(3, 9, (1,), generator=gen))
-        x = torch.randn(n, 4, generator=gen)
-        edge_index = torch.randint(0, n, (2, 2 * n), generator=gen)
-        graphs.append(Data(x=x, edge_index=edge_index, edge_attr=torch.randn(2 * n, 2, generator=gen),
-                           y=(x[:, 0].mean() > 0).long().view(1)))
+    graphs = sign_graphs(num_graphs, seed, edge_dim=2)
     splits = {"train": graphs[:16], "val": graphs[16:20], "test": graphs[20:]}
     return PreparedData("graph", None, splits, in_channels=4, edge_channels=2, out_channels=2, name="toy")
 

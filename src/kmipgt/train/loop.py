@@ -165,11 +165,10 @@ class Trainer:
         self.data = data if data is not None else prepare_data(config)
         seed_everything(config.seed)
         self.model = build_model(config, self.data).to(self.device)
-        if self.ranks is not None:
-            self.model = global_batch_norms(self.model)  # BatchNorm statistics of the global batch
         # What training steps through: the model, or its DDP wrapper that averages gradients over ranks.
         self.network: torch.nn.Module = self.model
         if self.ranks is not None:
+            self.model = global_batch_norms(self.model)  # BatchNorm statistics of the global batch
             ids = [self.device.index] if self.device.type == "cuda" else None
             # Some configs leave parameters out of the loss (e.g. the last GatedGCN layer's edge update),
             # which DDP must be told to look for, or its gradient reduction waits for them forever.
