@@ -58,12 +58,15 @@ def gather_objects(obj: Any) -> list[Any]:
     return out
 
 
-def run_on_main(fn: Callable[[], T], ranks: Ranks) -> T:
-    """``fn()`` on rank 0 only; its result, or the exception it raised, reaches every rank.
+def run_on_main(fn: Callable[[], T], ranks: Ranks | None) -> T:
+    """``fn()`` on rank 0 only; its result, or the exception it raised, reaches every rank. With
+    ``ranks=None`` (one process) it is plain ``fn()``.
 
     For work that touches shared files once (checking and clearing a run directory): a failure on
     rank 0 raises the same error everywhere instead of leaving the other ranks waiting.
     """
+    if ranks is None:
+        return fn()
     outcome: tuple[bool, Any] = (True, None)
     if ranks.main:
         try:

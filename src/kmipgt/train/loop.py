@@ -258,10 +258,7 @@ class Trainer:
     def _load(self, name: str, keys: tuple[str, ...] = ("model",)) -> dict[str, Any]:
         """A checkpoint of the run directory; under ``ddp`` rank 0 reads it (only it writes the run
         directory, which other hosts may not see) and every rank gets its content, or its error."""
-        def load() -> dict[str, Any]:
-            return load_checkpoint(self.run_dir / name, keys=keys)
-
-        return load() if self.ranks is None else run_on_main(load, self.ranks)
+        return run_on_main(lambda: load_checkpoint(self.run_dir / name, keys=keys), self.ranks)
 
     def _own_rng(self, checkpoint: dict[str, Any]) -> dict[str, Any]:
         """This rank's saved RNG states: its own where the checkpoint has one per rank of this run."""

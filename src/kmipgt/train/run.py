@@ -47,10 +47,7 @@ def _train_run(
     progress: bool, overwrite: bool,
 ) -> dict[str, Any]:
     """:func:`train` inside its process group (``ranks``: None for one process)."""
-    def prepare() -> Config:
-        return prepare_run(config, resume=resume, overwrite=overwrite)
-
-    trainer = Trainer(prepare() if ranks is None else run_on_main(prepare, ranks))
+    trainer = Trainer(run_on_main(lambda: prepare_run(config, resume=resume, overwrite=overwrite), ranks))
     if resume:
         trainer.resume()
     metrics = trainer.fit(stop_after=stop_after, progress=progress)
