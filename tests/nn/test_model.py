@@ -47,6 +47,19 @@ def test_gated_gcn_matches_per_node_loop():
     torch.testing.assert_close(out_e, torch.stack(expected_e), atol=1e-5, rtol=1e-4)
 
 
+def test_gated_gcn_bipartite_pair_updates_the_targets_as_the_whole_graph():
+    """``(x_src, x_dst)``: targets are the first rows of the sources (a partition's own nodes before its
+    halo); their outputs and edge updates equal the whole graph's (eval mode: BatchNorm's running stats)."""
+    torch.manual_seed(0)
+    layer = GatedGCNLayer(8, residual=True).eval()
+    graph = _random_graph(12, channels=8, edge_channels=8)
+    out_x, out_e = layer(graph.x, graph.edge_index, graph.edge_attr)
+    kept = graph.edge_index[1] < 5
+    pair_x, pair_e = layer((graph.x, graph.x[:5]), graph.edge_index[:, kept], graph.edge_attr[kept])
+    torch.testing.assert_close(pair_x, out_x[:5])
+    torch.testing.assert_close(pair_e, out_e[kept])
+
+
 def test_fourier_features_are_sin_cos_octaves():
     coords = torch.tensor([[1.0, -2.0]])
     out = FourierFeatures(2)(coords)

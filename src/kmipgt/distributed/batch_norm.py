@@ -68,8 +68,9 @@ class GlobalBatchNorm(_BatchNorm):
         """What ``BatchNorm1d`` keeps: momentum (or cumulative) averages, the variance unbiased."""
         self.num_batches_tracked.add_(1)
         factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
-        self.running_mean.lerp_(mean, factor)
-        self.running_var.lerp_(var * count / max(count - 1.0, 1.0), factor)
+        # Under bf16 autocast the statistics come in the input's dtype; the buffers stay float32.
+        self.running_mean.lerp_(mean.to(self.running_mean.dtype), factor)
+        self.running_var.lerp_((var * count / max(count - 1.0, 1.0)).to(self.running_var.dtype), factor)
 
 
 def global_batch_norms(module: torch.nn.Module) -> torch.nn.Module:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import torch
@@ -11,7 +11,14 @@ from torch import Tensor
 
 from kmipgt.distributed.launch import Ranks
 
-__all__ = ["broadcast_from_main", "gather_objects", "gather_rows", "run_on_main", "sum_across_ranks"]
+__all__ = [
+    "broadcast_from_main",
+    "gather_objects",
+    "gather_rows",
+    "run_on_main",
+    "sum_across_ranks",
+    "sum_gradients",
+]
 
 T = TypeVar("T")
 
@@ -28,6 +35,26 @@ def sum_across_ranks(values: Sequence[float]) -> list[float]:
     total = torch.tensor(list(values), dtype=torch.float64, device=_device())
     dist.all_reduce(total)
     return total.tolist()
+
+
+def sum_gradients(parameters: Iterable[torch.nn.Parameter]) -> None:
+    """Replace every parameter's gradient by its sum over the ranks (one all-reduce of all of them).
+
+    A parameter without a gradient on some rank counts as zeros there; one without a gradient on every
+    rank keeps none, as in one process (so AdamW leaves it alone).
+    """
+    parameters = list(parameters)
+    present = torch.tensor([p.grad is not None for p in parameters], dtype=torch.float64, device=_device())
+    dist.all_reduce(present)
+    summed = [p for p, ranks in zip(parameters, present.tolist()) if ranks > 0]
+    if not summed:
+        return
+    flat = torch.cat([
+        (p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in summed
+    ]).to(_device())
+    dist.all_reduce(flat)
+    for p, grad in zip(summed, flat.split([p.numel() for p in summed])):
+        p.grad = grad.view_as(p).to(p.device)
 
 
 def gather_rows(tensor: Tensor) -> Tensor:

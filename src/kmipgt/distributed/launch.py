@@ -12,8 +12,9 @@ import torch.distributed as dist
 
 __all__ = ["STRATEGIES", "Ranks", "current_ranks", "process_group", "rank_device"]
 
-# `distributed.strategy` of a training config: one process, or DDP over many-graph mini-batches.
-STRATEGIES = ("none", "ddp")
+# `distributed.strategy` of a training config: one process, DDP over many-graph mini-batches, or one graph
+# whose nodes are partitioned across the ranks.
+STRATEGIES = ("none", "ddp", "graph")
 # What torchrun sets for every process it starts (env:// rendezvous of init_process_group).
 _TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -35,8 +36,8 @@ def current_ranks() -> Ranks:
     """The place of this process in the initialised default group; ValueError when there is none."""
     if not dist.is_initialized():
         raise ValueError(
-            "distributed.strategy 'ddp' needs a torch.distributed process group: launch with torchrun "
-            "(`torchrun --nproc-per-node 2 -m kmipgt train ...`) or call init_process_group first"
+            "distributed.strategy 'ddp' or 'graph' needs a torch.distributed process group: launch with "
+            "torchrun (`torchrun --nproc-per-node 2 -m kmipgt train ...`) or call init_process_group first"
         )
     return Ranks(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
 
@@ -51,8 +52,9 @@ def process_group(device_type: str) -> Iterator[Ranks]:
     missing = [name for name in _TORCHRUN_VARIABLES if name not in os.environ]
     if missing:
         raise ValueError(
-            f"distributed.strategy 'ddp' runs under torchrun (`torchrun --nproc-per-node 2 -m kmipgt train "
-            f"...`), which sets {', '.join(_TORCHRUN_VARIABLES)}; not set here: {', '.join(missing)}"
+            f"distributed.strategy 'ddp' or 'graph' runs under torchrun (`torchrun --nproc-per-node 2 -m "
+            f"kmipgt train ...`), which sets {', '.join(_TORCHRUN_VARIABLES)}; not set here: "
+            f"{', '.join(missing)}"
         )
     if device_type == "cuda":
         # NCCL and the object collectives use the current device: each local rank its own GPU.

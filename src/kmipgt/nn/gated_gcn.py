@@ -52,21 +52,29 @@ class GatedGCNLayer(torch.nn.Module):
         ):
             module.reset_parameters()
 
-    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor) -> tuple[Tensor, Tensor]:
-        """``x [N, C]``, ``edge_index [2, E]`` (source, target), ``edge_attr [E, C]`` -> (x', edge_attr')."""
+    def forward(
+        self, x: Tensor | tuple[Tensor, Tensor], edge_index: Tensor, edge_attr: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """``x [N, C]``, ``edge_index [2, E]`` (source, target), ``edge_attr [E, C]`` -> (x', edge_attr').
+
+        ``x`` may be a pair ``(x_src [N_src, C], x_dst [N_dst, C])``, as for PyG's bipartite convolutions:
+        sources index ``x_src``, targets ``x_dst``, and only the ``N_dst`` targets are updated (so the node
+        BatchNorm sees those rows alone, e.g. a graph partition's own nodes without its halo).
+        """
+        x_src, x_dst = x if isinstance(x, tuple) else (x, x)
         expected = (edge_index.size(1), self.channels)
         if edge_attr.shape != expected:
             raise ValueError(f"edge_attr must have shape {list(expected)}, got {list(edge_attr.shape)}")
         src, dst = edge_index
-        edge_hat = self.lin_c(edge_attr) + self.lin_d(x)[dst] + self.lin_e(x)[src]
+        edge_hat = self.lin_c(edge_attr) + self.lin_d(x_dst)[dst] + self.lin_e(x_src)[src]
         gate = torch.sigmoid(edge_hat)
-        num = scatter(gate * self.lin_b(x)[src], dst, dim=0, dim_size=x.size(0), reduce="sum")
-        den = scatter(gate, dst, dim=0, dim_size=x.size(0), reduce="sum")
-        x_hat = self.lin_a(x) + num / (den + 1e-6)
+        num = scatter(gate * self.lin_b(x_src)[src], dst, dim=0, dim_size=x_dst.size(0), reduce="sum")
+        den = scatter(gate, dst, dim=0, dim_size=x_dst.size(0), reduce="sum")
+        x_hat = self.lin_a(x_dst) + num / (den + 1e-6)
         x_hat = F.dropout(F.relu(self.norm_node(x_hat)), self.dropout, self.training)
         edge_hat = F.dropout(F.relu(self.norm_edge(edge_hat)), self.dropout, self.training)
         if self.residual:
-            return x + x_hat, edge_attr + edge_hat
+            return x_dst + x_hat, edge_attr + edge_hat
         return x_hat, edge_hat
 
     def __repr__(self) -> str:

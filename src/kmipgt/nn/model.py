@@ -258,10 +258,15 @@ class GraphTransformer(_ReadoutModel):
 
     def embed(
         self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None, edge_attr: Tensor | None = None,
-        lappe: Tensor | None = None, rwse: Tensor | None = None,
+        lappe: Tensor | None = None, rwse: Tensor | None = None, num_source_nodes: int | None = None,
     ) -> Tensor:
-        """Node embeddings ``[N, channels]`` after the last GPS layer."""
-        check_node_pairs("edge_index", edge_index, x.shape[0])
+        """Node embeddings ``[N, channels]`` after the last GPS layer.
+
+        ``num_source_nodes``: the rows edge sources may index (default ``N``). More where the local MPNNs
+        read their messages' sources from extended rows, as on a graph partition whose MPNN inputs are
+        the own nodes followed by a halo from other ranks (:mod:`kmipgt.distributed.graph_model`).
+        """
+        check_node_pairs("edge_index", edge_index, num_source_nodes or x.shape[0])
         h = self.node_encoder(x, lappe=lappe, rwse=rwse)
         e = self.edge_encoder(edge_attr, edge_index.size(1)) if self.edge_encoder is not None else None
         qk = None

@@ -128,11 +128,17 @@ class OptimConfig:
 class DistributedConfig:
     """How a run spreads over processes (``docs/distributed.md``).
 
-    ``strategy``: ``none`` (one process) or ``ddp`` (``task.level: graph``: DistributedDataParallel under
-    torchrun; ``data.batch_size`` is the global batch, split evenly over the ranks; rank 0 writes the run).
+    ``strategy``: ``none`` (one process), ``ddp`` (``task.level: graph``: DistributedDataParallel under
+    torchrun; ``data.batch_size`` is the global batch, split evenly over the ranks; rank 0 writes the run)
+    or ``graph`` (``task.level: node``: the graph's nodes split across the ranks under torchrun, each rank
+    training on its nodes with a halo exchange per MPNN and sharded k-MIP attention; rank 0 writes the run).
+    ``partition`` (``graph``): which nodes each rank owns, ``spatial`` (recursive coordinate bisection of
+    the dataset's ``pos`` or ``model.coord_columns``), ``contiguous`` (the stored order) or ``auto``
+    (spatial where the graph has coordinates).
     """
 
     strategy: str = "none"
+    partition: str = "auto"
 
 
 @dataclass

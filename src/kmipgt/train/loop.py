@@ -24,7 +24,8 @@ from torch_geometric.data import Data
 from tqdm import tqdm
 
 from kmipgt.distributed.batch_norm import global_batch_norms
-from kmipgt.distributed.collect import gather_objects, run_on_main, sum_across_ranks
+from kmipgt.distributed.collect import gather_objects, run_on_main, sum_across_ranks, sum_gradients
+from kmipgt.distributed.graph_model import PartitionedGraphTransformer
 from kmipgt.distributed.launch import current_ranks, rank_device
 from kmipgt.logs import quiet
 from kmipgt.nn import GraphTransformer, KMIPCore
@@ -35,6 +36,7 @@ from kmipgt.train.config import Config, config_differences, config_to_dict
 from kmipgt.train.datasets import PreparedData, prepare_data
 from kmipgt.train.metrics import compute_metric, higher_is_better
 from kmipgt.train.models import build_model
+from kmipgt.train.partitioned import PartitionedNodeTask, partition_graph, rank_share
 from kmipgt.train.report import plot_curves, write_csv, write_json
 from kmipgt.train.task import compute_loss, forward, make_task
 from kmipgt.train.tensorboard import ScalarWriter
@@ -145,14 +147,16 @@ class Trainer:
     ``branches.png`` and ``tensorboard/``.
 
     With ``distributed.strategy: ddp`` (in an initialised process group, :func:`kmipgt.train.train` joins
-    torchrun's) every rank trains a DistributedDataParallel copy on its share of each batch; losses and
-    metrics are those of the whole batch and split, and only rank 0 writes the run directory.
+    torchrun's) every rank trains a DistributedDataParallel copy on its share of each batch; with
+    ``graph`` every rank trains on its share of one graph's nodes (:mod:`kmipgt.train.partitioned`). Losses
+    and metrics are those of the whole batch, graph and split, and only rank 0 writes the run directory.
     """
 
     def __init__(self, config: Config, data: PreparedData | None = None):
         self.config = config
         self.run_dir = Path(config.out_dir)
-        self.ranks = current_ranks() if config.distributed.strategy == "ddp" else None
+        strategy = config.distributed.strategy
+        self.ranks = current_ranks() if strategy != "none" else None
         self.writes_files = self.ranks is None or self.ranks.main
         self.device = resolve_device(config.device)
         if self.ranks is not None:
@@ -165,16 +169,26 @@ class Trainer:
         self.data = data if data is not None else prepare_data(config)
         seed_everything(config.seed)
         self.model = build_model(config, self.data).to(self.device)
-        # What training steps through: the model, or its DDP wrapper that averages gradients over ranks.
+        # What training steps through: the model, its DDP wrapper that averages gradients over ranks, or
+        # the model on this rank's share of a partitioned graph.
         self.network: torch.nn.Module = self.model
-        if self.ranks is not None:
+        # What evaluation runs: the model itself, except on a partitioned graph (DDP's wrapper would
+        # synchronise buffers in every forward, while its ranks evaluate different numbers of batches).
+        self.evaluated: torch.nn.Module = self.model
+        self.loader_generator = torch.Generator().manual_seed(config.seed)
+        self.shard = None  # this rank's share of the graph under strategy graph
+        if strategy == "ddp":
             self.model = global_batch_norms(self.model)  # BatchNorm statistics of the global batch
             ids = [self.device.index] if self.device.type == "cuda" else None
             # Some configs leave parameters out of the loss (e.g. the last GatedGCN layer's edge update),
             # which DDP must be told to look for, or its gradient reduction waits for them forever.
             self.network = DistributedDataParallel(self.model, device_ids=ids, find_unused_parameters=True)
-        self.loader_generator = torch.Generator().manual_seed(config.seed)
-        self.task = make_task(config, self.data, self.loader_generator, self.ranks)
+        if strategy == "graph":
+            self.shard = partition_graph(config, self.data, self.ranks)
+            self.network = self.evaluated = PartitionedGraphTransformer(self.model, self.shard.plan)
+            self.task = PartitionedNodeTask(config, self.data, self.loader_generator, self.ranks, self.shard)
+        else:
+            self.task = make_task(config, self.data, self.loader_generator, self.ranks)
         self.steps_per_epoch = self.task.steps_per_epoch()
         opt = config.optim
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=opt.lr, weight_decay=opt.weight_decay)
@@ -187,11 +201,11 @@ class Trainer:
         self.higher_is_better = higher_is_better(config.task.metric)
 
     def _predict(self, batch: Data, network: torch.nn.Module | None = None) -> torch.Tensor:
-        """The output of ``network`` (default: the model) in fp32; with ``optim.precision: bf16`` the forward
-        runs under bf16 autocast (weights, optimiser state and the loss stay fp32)."""
+        """The output of ``network`` (default: what evaluation runs) in fp32; with ``optim.precision: bf16``
+        the forward runs under bf16 autocast (weights, optimiser state and the loss stay fp32)."""
         bf16 = self.config.optim.precision == "bf16"
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=bf16):
-            return forward(self.model if network is None else network, batch).float()
+            return forward(self.evaluated if network is None else network, batch).float()
 
     def _redraw_random_features(self) -> None:
         for module in self.model.modules():
@@ -208,15 +222,20 @@ class Trainer:
             output, target = self.task.loss_inputs(self._predict(step.batch, self.network), step)
             loss = compute_loss(loss_name, output, target)
             self.optimizer.zero_grad()
-            loss.backward()
+            if self.shard is None:
+                loss.backward()
+            else:
+                rank_share(loss, output, target.size(0)).backward()
+                sum_gradients(self.model.parameters())
             if self.branches is not None:
                 self.branches.record_gradients()
             if clip > 0:
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
             self.optimizer.step()
             self.scheduler.step()
-            total += loss.item() * target.size(0)
-            count += target.size(0)
+            if target.size(0):  # a rank of a partitioned graph may have no training nodes (mean: NaN)
+                total += loss.item() * target.size(0)
+                count += target.size(0)
         if self.ranks is not None:
             total, count = sum_across_ranks([total, count])
         return total / count
@@ -388,6 +407,8 @@ class Trainer:
             "peak_memory_mb": peak_memory_mb(self.device),
             "complete": True,
         }
+        if self.ranks is not None:
+            metrics["peak_memory_mb_per_rank"] = gather_objects(metrics["peak_memory_mb"])
         if self.writes_files:
             write_json(self.run_dir / "metrics.json", metrics)
         return metrics

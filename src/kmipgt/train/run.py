@@ -33,9 +33,11 @@ def train(
 
     The whole config and the run directory are checked first (:func:`kmipgt.train.rundir.prepare_run`):
     a directory holding another run is refused unless ``resume`` or ``overwrite``. With
-    ``distributed.strategy: ddp`` this runs on every rank torchrun started (joining its process group
-    unless one is initialised); rank 0 checks the run directory and writes the run.
+    ``distributed.strategy`` ``ddp`` or ``graph`` this runs on every rank torchrun started (joining its
+    process group unless one is initialised); rank 0 checks the run directory and writes the run.
     """
+    if save_tokens and config.distributed.strategy == "graph":
+        raise ValueError("save_tokens is not supported with distributed.strategy 'graph'")
     with _process_group(config) as ranks:
         # The trainer (and its DDP reducer) lives only inside this call, so it is gone before the process
         # group is destroyed: a reducer freed after its group was measured to hang the process at exit.
@@ -57,8 +59,9 @@ def _train_run(
 
 
 def _process_group(config: Config) -> contextlib.AbstractContextManager[Ranks | None]:
-    """The process group of a ``ddp`` run (torchrun's, unless one is initialised); None for one process."""
-    if config.distributed.strategy != "ddp":
+    """The process group of a ``ddp`` or ``graph`` run (torchrun's, unless one is initialised); None for one
+    process."""
+    if config.distributed.strategy == "none":
         return contextlib.nullcontext()
     return process_group(resolve_device(config.device).type)
 

@@ -12,7 +12,9 @@ import math
 import torch
 
 from kmipgt.data import list_datasets
+from kmipgt.distributed.graph_model import PARTITIONED_ATTENTION_KINDS, PARTITIONED_LOCAL_KINDS
 from kmipgt.distributed.launch import STRATEGIES
+from kmipgt.distributed.partition import PARTITIONS
 from kmipgt.nn.attention import ATTENTION_KINDS
 from kmipgt.nn.gps_layer import LOCAL_KINDS, NORM_KINDS
 from kmipgt.nn.model import ATTENTION_QK, POOLINGS, TASKS
@@ -106,6 +108,35 @@ def _check_device(name: str) -> None:
         ) from (error)
 
 
+def _check_graph_strategy(config: Config) -> None:
+    """What ``strategy: graph`` runs: node level, GPS with MPNNs and attention that work on a partition."""
+    m = config.model
+    if config.task.level != "node":
+        raise ValueError(
+            "distributed.strategy 'graph' partitions the nodes of one graph (task.level: node), got "
+            f"task.level {config.task.level!r}; use strategy 'ddp' for many graphs"
+        )
+    if m.kind != "gps":
+        raise ValueError(f"distributed.strategy 'graph' trains GPS models (model.kind: gps), got {m.kind!r}")
+    _one_of("model.local (with distributed.strategy 'graph')", m.local, PARTITIONED_LOCAL_KINDS)
+    _one_of("model.attention (with distributed.strategy 'graph')", m.attention, PARTITIONED_ATTENTION_KINDS)
+    if config.log_branches:
+        raise ValueError("config key 'log_branches' is not supported with distributed.strategy 'graph' yet")
+
+
+def _check_distributed(config: Config) -> None:
+    strategy = config.distributed.strategy
+    _one_of("distributed.strategy", strategy, STRATEGIES)
+    _one_of("distributed.partition", config.distributed.partition, PARTITIONS)
+    if strategy == "ddp" and config.task.level != "graph":
+        raise ValueError(
+            "distributed.strategy 'ddp' splits mini-batches of many graphs (task.level: graph), got "
+            f"task.level {config.task.level!r}"
+        )
+    if strategy == "graph":
+        _check_graph_strategy(config)
+
+
 def validate_config(config: Config) -> None:
     """ValueError naming the first key whose value is out of range or not a known name.
 
@@ -118,12 +149,7 @@ def validate_config(config: Config) -> None:
     _fraction("task.label_inputs", config.task.label_inputs, closed=False)
     _check_model(config)
     _check_optim(config)
-    _one_of("distributed.strategy", config.distributed.strategy, STRATEGIES)
-    if config.distributed.strategy == "ddp" and config.task.level != "graph":
-        raise ValueError(
-            "distributed.strategy 'ddp' splits mini-batches of many graphs (task.level: graph), got "
-            f"task.level {config.task.level!r}"
-        )
+    _check_distributed(config)
     _at_least("threads", config.threads, 1, optional=True)
     if config.tensorboard:
         require_tensorboard()
