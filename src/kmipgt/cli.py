@@ -289,6 +289,7 @@ def _data_synthetic(args: argparse.Namespace) -> int:
         args.num_nodes,
         args.seed,
         arterial_fraction=args.arterial_fraction,
+        num_edges=args.num_edges,
         labels=not args.no_labels,
         hops=args.hops,
         num_workers=args.workers,
@@ -332,6 +333,9 @@ def _add_data(commands: argparse._SubParsersAction) -> None:
         type=float,
         default=1e-3,
         help="hubs per node of the arterial network (smaller -> larger hop diameter)",
+    )
+    synthetic.add_argument(
+        "--num-edges", type=int, default=None, help="exact number of undirected roads (default: the recipe's)"
     )
     synthetic.add_argument("--hops", type=int, default=16, help="ball radius of the labels")
     synthetic.add_argument("--no-labels", action="store_true", help="skip the (slow) eccentricity labels")
