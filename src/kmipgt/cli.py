@@ -512,6 +512,33 @@ def _add_bench_grf(bench: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=_bench_grf)
 
 
+def _bench_memory(args: argparse.Namespace) -> int:
+    from kmipgt.bench.memory import memory_breakdown
+    from kmipgt.train import load_config
+    from kmipgt.train.report import write_json
+
+    result = memory_breakdown(load_config(args.config, args.overrides))
+    for view in ("state_mib", "saved_mib"):
+        for name, mib in result[view].items():
+            print(f"{view[:-4]:>6}  {name:<48} {mib:10.1f} MiB")
+    for phase, rss in result["rss_mib"].items():
+        print(f"   rss  {phase:<48} {rss['peak_mib']:10.1f} MiB peak, {rss['end_mib']:.1f} at its end")
+    if args.out is not None:
+        write_json(args.out, result)
+        print(f"wrote {args.out}")
+    return 0
+
+
+def _add_bench_memory(bench: argparse._SubParsersAction) -> None:
+    parser = bench.add_parser(
+        "memory", help="one full-batch training step: state, saved-for-backward bytes per component, RSS"
+    )
+    parser.add_argument("--config", required=True, help="a node-level run config (path or shipped name)")
+    _add_overrides(parser, "data.options.num_nodes=100000")
+    parser.add_argument("--out", type=Path, default=None, help="also write the result to this JSON file")
+    parser.set_defaults(handler=_bench_memory)
+
+
 def _layer_or_all(text: str) -> int | None:
     return None if text == "all" else int(text)
 
@@ -685,6 +712,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench_search(bench)
     _add_bench_grf(bench)
     _add_bench_approx(bench)
+    _add_bench_memory(bench)
     _add_data(commands)
     _add_train_eval(commands)
     _add_sweep(commands)
