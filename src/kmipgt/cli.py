@@ -513,8 +513,8 @@ def _add_bench_grf(bench: argparse._SubParsersAction) -> None:
 
 
 def _bench_memory(args: argparse.Namespace) -> int:
-    from kmipgt.bench.memory import memory_breakdown
     from kmipgt.train import load_config
+    from kmipgt.train.memory import memory_breakdown
     from kmipgt.train.report import write_json
 
     result = memory_breakdown(load_config(args.config, args.overrides))

@@ -2,10 +2,10 @@
 
 import json
 
-from kmipgt.bench.memory import memory_breakdown
 from kmipgt.cli import main
 from kmipgt.train import load_config
 from kmipgt.train.loop import Trainer
+from kmipgt.train.memory import memory_breakdown
 
 TINY = ["data.options={num_nodes: 300, seed: 0}", "model.num_layers=2", "model.channels=16", "threads=1"]
 
