@@ -28,6 +28,12 @@ def test_plain_step_attributes_saved_bytes_to_the_layer_components(tmp_path):
     }
 
 
+def test_sparse_saved_tensors_are_counted(tmp_path):
+    # GRF attention saves sparse masks for backward; a strided-only count would fail on them.
+    saved = _breakdown(tmp_path, "model.attention=grf", "model.attention_options={}")["saved_mib"]
+    assert saved["attention (projections, search, gathers)"] > 0
+
+
 def test_checkpointing_keeps_only_the_layer_inputs(tmp_path):
     result = _breakdown(tmp_path, "model.checkpoint=true")
     saved = result["saved_mib"]

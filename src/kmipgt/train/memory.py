@@ -107,11 +107,20 @@ class _SavedBytes:
         self._stack.pop()
 
     def pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.layout != torch.strided:  # GRF's sparse masks: no storage of their own to share
+            self.by_component[self._stack[-1]] += sum(part.nbytes for part in _sparse_parts(tensor))
+            return tensor
         storage = tensor.untyped_storage()
         if storage.data_ptr() not in self._seen:
             self._seen.add(storage.data_ptr())
             self.by_component[self._stack[-1]] += storage.nbytes()
         return tensor
+
+
+def _sparse_parts(tensor: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    if tensor.layout == torch.sparse_coo:
+        return tensor._indices(), tensor._values()
+    return tensor.crow_indices(), tensor.col_indices(), tensor.values()
 
 
 def _state_bytes(trainer: Trainer) -> dict[str, int]:
