@@ -289,6 +289,7 @@ def _data_synthetic(args: argparse.Namespace) -> int:
         args.num_nodes,
         args.seed,
         arterial_fraction=args.arterial_fraction,
+        num_edges=args.num_edges,
         labels=not args.no_labels,
         hops=args.hops,
         num_workers=args.workers,
@@ -332,6 +333,9 @@ def _add_data(commands: argparse._SubParsersAction) -> None:
         type=float,
         default=1e-3,
         help="hubs per node of the arterial network (smaller -> larger hop diameter)",
+    )
+    synthetic.add_argument(
+        "--num-edges", type=int, default=None, help="exact number of undirected roads (default: the recipe's)"
     )
     synthetic.add_argument("--hops", type=int, default=16, help="ball radius of the labels")
     synthetic.add_argument("--no-labels", action="store_true", help="skip the (slow) eccentricity labels")
@@ -508,6 +512,75 @@ def _add_bench_grf(bench: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=_bench_grf)
 
 
+def _bench_memory(args: argparse.Namespace) -> int:
+    from kmipgt.train import load_config
+    from kmipgt.train.memory import memory_breakdown
+    from kmipgt.train.report import write_json
+
+    result = memory_breakdown(load_config(args.config, args.overrides))
+    for view in ("state_mib", "saved_mib"):
+        for name, mib in result[view].items():
+            print(f"{view[:-4]:>6}  {name:<48} {mib:10.1f} MiB")
+    for phase, rss in result["rss_mib"].items():
+        print(f"   rss  {phase:<48} {rss['peak_mib']:10.1f} MiB peak, {rss['end_mib']:.1f} at its end")
+    if args.out is not None:
+        write_json(args.out, result)
+        print(f"wrote {args.out}")
+    return 0
+
+
+def _add_bench_memory(bench: argparse._SubParsersAction) -> None:
+    parser = bench.add_parser(
+        "memory", help="one full-batch training step: state, saved-for-backward bytes per component, RSS"
+    )
+    parser.add_argument("--config", required=True, help="a node-level run config (path or shipped name)")
+    _add_overrides(parser, "data.options.num_nodes=100000")
+    parser.add_argument("--out", type=Path, default=None, help="also write the result to this JSON file")
+    parser.set_defaults(handler=_bench_memory)
+
+
+def _bench_train(args: argparse.Namespace) -> int:
+    from kmipgt.bench.common import geometric_grid
+    from kmipgt.bench.train import TrainBenchConfig, run_train_benchmark
+
+    n_values = sorted({*geometric_grid(args.n_min, args.n_max, args.factor), args.n_max})
+    config = TrainBenchConfig(
+        n_values=n_values, methods=args.methods, config=args.config, epochs=args.epochs,
+        threads=args.threads, time_budget=args.time_budget, memory_budget_gb=args.memory_budget_gb,
+        overrides=args.overrides,
+        **({} if args.edges_per_node is None else {"edges_per_node": args.edges_per_node}),
+    )
+    result = run_train_benchmark(config, args.out)
+    for record in result["points"]:
+        if record["status"] != "ok":
+            print(f"{record['method']:>10} N={record['n']:>7}  {record['status']}: {record['reason']}")
+        else:
+            print(f"{record['method']:>10} N={record['n']:>7}  {record['time_per_epoch']:9.1f} s/epoch  "
+                  f"{record['peak_memory_bytes'] / 2**20:9.1f} MiB")
+    print(json.dumps(result["slopes"], indent=2))
+    print(f"wrote {args.out}/train.json and {args.out}/train.png")
+    return 0
+
+
+def _add_bench_train(bench: argparse._SubParsersAction) -> None:
+    parser = bench.add_parser("train", help="time per epoch and peak RSS of full-batch training vs N")
+    parser.add_argument("--config", default="synthetic_london", help="run config (path or shipped name)")
+    parser.add_argument("--n-min", type=int, default=50000)
+    parser.add_argument("--n-max", type=int, default=568795, help="largest N (always measured if in budget)")
+    parser.add_argument("--factor", type=float, default=2.0, help="ratio between successive N")
+    parser.add_argument("--methods", type=_csv(str), default=["none", "kmip_ivf"],
+                        help="comma-separated subset of none,kmip_exact,kmip_ivf,grf")
+    parser.add_argument("--edges-per-node", type=float, default=None,
+                        help="undirected roads per node (default: London's 1.33; 0: the generator's own)")
+    parser.add_argument("--epochs", type=int, default=2, help="epochs per point; the first is timed")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--time-budget", type=float, default=3600.0, help="seconds per point")
+    parser.add_argument("--memory-budget-gb", type=float, default=16.0, help="peak RSS per point")
+    _add_overrides(parser, "model.num_layers=4")
+    parser.add_argument("--out", type=Path, default=Path("bench-out/train"), help="folder of train.json/.png")
+    parser.set_defaults(handler=_bench_train)
+
+
 def _layer_or_all(text: str) -> int | None:
     return None if text == "all" else int(text)
 
@@ -681,6 +754,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench_search(bench)
     _add_bench_grf(bench)
     _add_bench_approx(bench)
+    _add_bench_memory(bench)
+    _add_bench_train(bench)
     _add_data(commands)
     _add_train_eval(commands)
     _add_sweep(commands)

@@ -22,3 +22,8 @@ def test_data_info_missing_copy_is_a_clear_error(tmp_path, capsys):
     assert main(["data", "info", "city_networks", "--root", str(tmp_path), "--set", "name=paris"]) == 2
     err = capsys.readouterr().err
     assert "No City-Networks copy" in err and "edge_indices.pt" in err
+
+
+def test_data_synthetic_takes_an_edge_count(capsys):
+    assert main(["data", "synthetic", "--num-nodes", "400", "--num-edges", "530", "--no-labels"]) == 0
+    assert "directed_edges: 1060" in capsys.readouterr().out

@@ -59,6 +59,28 @@ def test_deterministic_per_seed(city):
     assert not torch.equal(city.pos, other.pos)
 
 
+@pytest.mark.parametrize(("num_nodes", "num_edges"), [(3000, 3990), (3000, 3100), (5000, 6650)])
+def test_exact_edge_count_keeps_a_connected_road_like_graph(num_nodes, num_edges):
+    data = synthetic_city(num_nodes, seed=1, num_edges=num_edges, labels=False)
+    graph = _graph(data)
+    assert data.num_nodes == num_nodes and graph.number_of_edges() == num_edges
+    assert data.edge_index.size(1) == 2 * num_edges and nx.is_connected(graph)
+    assert nx.number_of_selfloops(graph) == 0
+    degree = np.array([d for _, d in graph.degree()])
+    if num_edges / num_nodes > 1.3:  # London's ratio (1.33): chains are contracted before the last drops
+        assert np.mean(degree == 2) <= 0.05
+
+
+def test_default_edge_count_is_unchanged_by_the_option():
+    # The recipe's own count, as before num_edges existed (hashes of the labels cache depend on it).
+    assert synthetic_city(3000, seed=1, labels=False).edge_index.size(1) == 8696
+
+
+def test_more_edges_than_the_recipe_gives_is_an_error():
+    with pytest.raises(ValueError, match="more roads than this recipe"):
+        synthetic_city(3000, seed=1, num_edges=6000, labels=False)
+
+
 def test_arterials_shrink_the_hop_diameter():
     def hop_eccentricity_from_centre(data):
         graph = _graph(data)
@@ -86,6 +108,8 @@ def test_labels_match_networkx_and_split():
 @pytest.mark.parametrize(("kwargs", "match"), [
     ({"num_nodes": 10}, "num_nodes"), ({"num_nodes": 500.0}, "num_nodes"),
     ({"num_nodes": 500, "arterial_fraction": -0.1}, "arterial_fraction"),
+    ({"num_nodes": 500, "num_edges": 499}, "num_edges"),
+    ({"num_nodes": 500, "num_edges": 600.0}, "num_edges"),
 ])
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):

@@ -1,5 +1,6 @@
 """GatedGCN, GPSLayer and GraphTransformer: references, shapes, gradients, ragged batches, toy tasks."""
 
+import copy
 from functools import partial
 
 import pytest
@@ -7,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch_geometric.data import Batch, Data
 from torch_geometric.nn import GATConv, GCNConv, SAGEConv
+from torch_geometric.utils import scatter
 
 from kmipgt.nn import FourierFeatures, GatedGCNLayer, GPSLayer, GraphTransformer
 
@@ -58,6 +60,36 @@ def test_gated_gcn_bipartite_pair_updates_the_targets_as_the_whole_graph():
     pair_x, pair_e = layer((graph.x, graph.x[:5]), graph.edge_index[:, kept], graph.edge_attr[kept])
     torch.testing.assert_close(pair_x, out_x[:5])
     torch.testing.assert_close(pair_e, out_e[kept])
+
+
+def _plain_gated_gcn(layer, x, edge_index, e):
+    """GatedGCNLayer.forward as it was written before the chunked aggregation (GraphGPS's autograd form)."""
+    src, dst = edge_index
+    edge_hat = layer.lin_c(e) + layer.lin_d(x)[dst] + layer.lin_e(x)[src]
+    gate = torch.sigmoid(edge_hat)
+    num = scatter(gate * layer.lin_b(x)[src], dst, dim=0, dim_size=x.size(0), reduce="sum")
+    den = scatter(gate, dst, dim=0, dim_size=x.size(0), reduce="sum")
+    x_hat = layer.lin_a(x) + num / (den + 1e-6)
+    x_hat = F.dropout(F.relu(layer.norm_node(x_hat)), layer.dropout, layer.training)
+    edge_hat = F.dropout(F.relu(layer.norm_edge(edge_hat)), layer.dropout, layer.training)
+    return x + x_hat, e + edge_hat
+
+
+def test_gated_gcn_equals_its_plain_autograd_form_in_training():
+    torch.manual_seed(0)
+    layer = GatedGCNLayer(8, dropout=0.3).double().train()
+    reference = copy.deepcopy(layer)
+    graph = _random_graph(40, channels=8, edge_channels=8, num_edges=150)
+    x, e = graph.x.double().requires_grad_(), graph.edge_attr.double().requires_grad_()
+    outputs = []
+    for module, forward in ((layer, layer), (reference, partial(_plain_gated_gcn, reference))):
+        torch.manual_seed(1)  # the same dropout masks
+        out_x, out_e = forward(x, graph.edge_index, e)
+        loss = (out_x * torch.linspace(-1, 1, 8, dtype=torch.float64)).sum() + out_e.square().sum()
+        grads = torch.autograd.grad(loss, [x, e, *module.parameters()])
+        outputs.append((out_x, out_e, *grads, module.norm_edge.running_var))
+    for got, expected in zip(*outputs, strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
 
 
 def test_fourier_features_are_sin_cos_octaves():

@@ -56,6 +56,7 @@ def timed_synthetic_city(
     seed: int = 0,
     *,
     arterial_fraction: float = 1e-3,
+    num_edges: int | None = None,
     labels: bool = True,
     hops: int = 16,
     num_workers: int | None = None,
@@ -68,7 +69,7 @@ def timed_synthetic_city(
     """
     stages: list[tuple[str, Callable[[Data | None], Data]]] = [
         ("generation", lambda _: synthetic_city(num_nodes, seed, arterial_fraction=arterial_fraction,
-                                                labels=False, hops=hops)),
+                                                num_edges=num_edges, labels=False, hops=hops)),
     ]
     if labels:
         stages.append(("labels", lambda data: add_city_labels(data, hops, num_workers=num_workers,

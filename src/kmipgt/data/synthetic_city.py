@@ -45,6 +45,9 @@ SYNTHETIC_CITY_FEATURES = (
     *(f"highway_{name}" for name in HIGHWAY_CLASSES),
 )
 _CUL_DE_SAC_SHARE = 0.22 / 1.22  # leaves make up ~18% of nodes, as in real cities (deg-1 share .18-.23)
+# Roads dropped at most in one last pass of the base network and about as many from the final graph when
+# an exact edge count is asked for (drops there leave degree-2 nodes, so they are kept few).
+_FINAL_DROP = 64
 _BASE_NODES_PER_SEED = 1.5  # measured junctions left per Voronoi seed after steps 2-5; used to size step 1
 
 
@@ -91,26 +94,43 @@ def _contract_shortest(pos: np.ndarray, edges: np.ndarray, fraction: float) -> t
     return merged_pos, merged_edges
 
 
-def _thin(rng: np.random.Generator, pos: np.ndarray, edges: np.ndarray, fraction: float) -> np.ndarray:
-    """Drop ``fraction`` of the edges outside a minimum spanning tree, so connectivity is unchanged."""
+def _non_tree_edges(pos: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Column indices of the edges outside a minimum spanning tree (forest) of ``edges`` (min, max pairs)."""
     num_nodes = pos.shape[0]
     lengths = _lengths(pos, edges) + 1e-9  # csgraph reads an explicit 0 as "no edge"
     tree = minimum_spanning_tree(coo_matrix((lengths, tuple(edges)), shape=(num_nodes, num_nodes))).tocoo()
     tree_keys = np.minimum(tree.row, tree.col).astype(np.int64) * num_nodes + np.maximum(tree.row, tree.col)
-    in_tree = np.isin(edges[0] * num_nodes + edges[1], tree_keys)
-    candidates = np.flatnonzero(~in_tree)
-    dropped = rng.choice(candidates, size=int(fraction * candidates.size), replace=False)
+    return np.flatnonzero(~np.isin(edges[0] * num_nodes + edges[1], tree_keys))
+
+
+def _drop_non_tree(rng: np.random.Generator, pos: np.ndarray, edges: np.ndarray, count: int) -> np.ndarray:
+    """Keep mask ``[E]`` without ``count`` random edges from outside a minimum spanning tree, so
+    connectivity is unchanged."""
+    dropped = rng.choice(_non_tree_edges(pos, edges), size=count, replace=False)
     keep = np.ones(edges.shape[1], dtype=bool)
     keep[dropped] = False
-    return edges[:, keep]
+    return keep
 
 
-def _base_network(rng: np.random.Generator, num_seeds: int, side: float):
+def _thin(rng: np.random.Generator, pos: np.ndarray, edges: np.ndarray, fraction: float) -> np.ndarray:
+    """Drop ``fraction`` of the edges outside a minimum spanning tree, so connectivity is unchanged."""
+    count = int(fraction * _non_tree_edges(pos, edges).size)
+    return edges[:, _drop_non_tree(rng, pos, edges, count)]
+
+
+def _base_network(rng: np.random.Generator, num_seeds: int, side: float, excess: int | None = None):
+    """Junctions, streets and street lengths of steps 1-5; with ``excess``, further streets outside a
+    spanning tree are dropped until ``E - V <= excess``. Chain contraction keeps ``E - V`` except where it
+    merges parallel streets (measured: a few % of the drops), so the passes drop 3/4 of what is left
+    until it is small, and undershoot ``excess`` by only a few roads."""
     seeds = _seed_points(rng, num_seeds, side)
     pos, edges = _voronoi_streets(seeds, side)
     pos, edges = _contract_shortest(pos, edges, 0.10)
     edges = _thin(rng, pos, edges, 0.12)
     pos, edges, lengths, _ = contract_degree2_chains(pos, edges, _lengths(pos, edges))
+    while excess is not None and (surplus := edges.shape[1] - pos.shape[0] - excess) > 0:
+        keep = _drop_non_tree(rng, pos, edges, surplus if surplus <= _FINAL_DROP else surplus * 3 // 4)
+        pos, edges, lengths, _ = contract_degree2_chains(pos, edges[:, keep], lengths[keep])
     return pos, edges, lengths
 
 
@@ -162,6 +182,7 @@ def synthetic_city(
     seed: int = 0,
     *,
     arterial_fraction: float = 1e-3,
+    num_edges: int | None = None,
     labels: bool = True,
     hops: int = 16,
     num_classes: int = 10,
@@ -175,6 +196,11 @@ def synthetic_city(
         num_nodes: number of nodes (>= 50).
         seed: seed of the generator (same seed, same graph).
         arterial_fraction: hubs per node for the arterial network; larger -> smaller hop diameter.
+        num_edges: exact number of undirected roads (e.g. a real city's; default: what the recipe gives,
+            about 1.43 per node). Fewer are reached by dropping more streets outside a spanning tree in
+            step 4, before the chain contraction, so the degree mix stays road-like; a few more (the
+            arterials, a small margin) are dropped the same way from the final graph. At least
+            ``num_nodes`` and at most what the recipe gives.
         labels: compute City-Networks labels (``eccentricity``, ``y``) and the seed-0 split masks; the labels
             cost ~1-3 ms per node per core (cached on disk by graph content); pass False for scaling runs.
         hops, num_classes, num_workers, use_cache, progress: see :func:`eccentricity_labels`.
@@ -188,18 +214,21 @@ def synthetic_city(
         raise ValueError(f"num_nodes must be an int >= 50, got {num_nodes!r}")
     if not 0.0 <= arterial_fraction < 0.5:
         raise ValueError(f"arterial_fraction must lie in [0, 0.5), got {arterial_fraction}")
+    if num_edges is not None and (not isinstance(num_edges, int | np.integer) or num_edges < num_nodes):
+        raise ValueError(f"num_edges must be an int >= num_nodes ({num_nodes}), got {num_edges!r}")
+    excess = None if num_edges is None else _base_excess(num_nodes, num_edges)
     rng = np.random.default_rng(seed)
     side = 60.0 * np.sqrt(num_nodes)
     target_base = num_nodes * (1 - _CUL_DE_SAC_SHARE)
     num_seeds = int(target_base / _BASE_NODES_PER_SEED)
-    pos, edges, lengths = _base_network(rng, num_seeds, side)
+    pos, edges, lengths = _base_network(rng, num_seeds, side, excess)
     # Boundary effects make the junctions per seed vary at small N: resize the seed set (a few tries at most)
     # so the base network fits under num_nodes and leaves stay near their real-city share.
     for _ in range(8):
         if 0.92 * target_base <= pos.shape[0] <= num_nodes:
             break
         num_seeds = max(8, int(num_seeds * target_base / pos.shape[0]))
-        pos, edges, lengths = _base_network(rng, num_seeds, side)
+        pos, edges, lengths = _base_network(rng, num_seeds, side, excess)
     if pos.shape[0] > num_nodes:
         raise RuntimeError(f"synthetic_city could not fit a base network under num_nodes={num_nodes}")
     highway = _local_highway_classes(rng, edges.shape[1])
@@ -215,6 +244,9 @@ def synthetic_city(
     highway = np.concatenate([highway, rng.integers(0, 3, arterial.shape[1]), np.full(leaves.shape[1], 6)])
     edges, order = _dedupe_keep_first(edges)
     lengths, highway = lengths[order], highway[order]
+    if num_edges is not None:
+        keep = _drop_non_tree(rng, pos, edges, _surplus(edges.shape[1], num_edges))
+        edges, lengths, highway = edges[:, keep], lengths[keep], highway[keep]
 
     edge_features = torch.from_numpy(_edge_features(rng, lengths, highway))
     # The edges are simple, so no two directed edges are merged: each keeps its road's features.
@@ -225,8 +257,21 @@ def synthetic_city(
     return road_network_data(
         x.float(), sym_index, directed_features[:, 0], hops=hops, num_classes=num_classes, labels=labels,
         num_workers=num_workers, use_cache=use_cache, progress=progress, pos=torch.from_numpy(pos),
-        name=f"synthetic_city_{num_nodes}_seed{seed}",
+        name=f"synthetic_city_{num_nodes}" + ("" if num_edges is None else f"_{num_edges}e") + f"_seed{seed}",
     )
+
+
+def _base_excess(num_nodes: int, num_edges: int) -> int:
+    """``E - V`` to leave in the base network: cul-de-sacs add as many roads as nodes, so the final graph
+    has ``E - N`` = the base's ``E - V`` plus the arterials; a margin covers parallel streets merged by
+    the contraction's last pass, and the final graph drops what is left over."""
+    return num_edges - num_nodes + _FINAL_DROP
+
+
+def _surplus(have: int, want: int) -> int:
+    if have < want:
+        raise ValueError(f"num_edges={want} is more roads than this recipe gives at this size ({have})")
+    return have - want
 
 
 def _dedupe_keep_first(edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch_geometric.utils import scatter
+
+from kmipgt.ops.gated_aggregate import gated_mean
 
 
 class GatedGCNLayer(torch.nn.Module):
@@ -66,11 +67,9 @@ class GatedGCNLayer(torch.nn.Module):
         if edge_attr.shape != expected:
             raise ValueError(f"edge_attr must have shape {list(expected)}, got {list(edge_attr.shape)}")
         src, dst = edge_index
-        edge_hat = self.lin_c(edge_attr) + self.lin_d(x_dst)[dst] + self.lin_e(x_src)[src]
-        gate = torch.sigmoid(edge_hat)
-        num = scatter(gate * self.lin_b(x_src)[src], dst, dim=0, dim_size=x_dst.size(0), reduce="sum")
-        den = scatter(gate, dst, dim=0, dim_size=x_dst.size(0), reduce="sum")
-        x_hat = self.lin_a(x_dst) + num / (den + 1e-6)
+        # In place: the gate logits allocate one [E, C] tensor beside the gathered term, not four.
+        edge_hat = self.lin_c(edge_attr).add_(self.lin_d(x_dst)[dst]).add_(self.lin_e(x_src)[src])
+        x_hat = self.lin_a(x_dst) + gated_mean(edge_hat, self.lin_b(x_src), edge_index, x_dst.size(0))
         x_hat = F.dropout(F.relu(self.norm_node(x_hat)), self.dropout, self.training)
         edge_hat = F.dropout(F.relu(self.norm_edge(edge_hat)), self.dropout, self.training)
         if self.residual:

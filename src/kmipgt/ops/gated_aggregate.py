@@ -1,0 +1,80 @@
+"""GatedGCN's gated mean over incoming edges, in edge chunks, saving no ``[E, C]`` tensor of its own.
+
+Written with autograd ops, ``sigmoid``, the gather ``Bh[src]``, their product and two scatters each keep
+or allocate an ``[E, C]`` tensor (the gate and the gathered messages are saved for backward), which made
+GatedGCN the largest consumer of training memory on road graphs (docs/scaling.md). Here the gate is
+recomputed from the gate logits, which the caller keeps anyway (its edge BatchNorm saves them), and every
+``[E, C]`` intermediate lives for one chunk of edges only.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["gated_mean"]
+
+# Edge rows per chunk are chosen so that one chunk's [rows, C] temporaries stay near this many elements.
+_CHUNK_ELEMENTS = 1 << 20
+
+
+def _chunks(num_edges: int, channels: int):
+    step = max(1, _CHUNK_ELEMENTS // max(1, channels))
+    for start in range(0, num_edges, step):
+        yield slice(start, min(start + step, num_edges))
+
+
+class _GatedMean(torch.autograd.Function):
+    @staticmethod
+    def forward(
+        ctx, logits: Tensor, messages: Tensor, src: Tensor, dst: Tensor, num_targets: int, eps: float
+    ) -> Tensor:
+        dtype = torch.promote_types(logits.dtype, messages.dtype)
+        num = torch.zeros((num_targets, messages.shape[1]), dtype=dtype, device=messages.device)
+        den = torch.zeros_like(num)
+        for rows in _chunks(logits.shape[0], logits.shape[1]):
+            gate = torch.sigmoid(logits[rows]).to(dtype)
+            den.index_add_(0, dst[rows], gate)
+            num.index_add_(0, dst[rows], gate.mul_(messages[src[rows]]))
+        den += eps
+        out = num.div_(den)
+        ctx.save_for_backward(logits, messages, src, dst, den, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        logits, messages, src, dst, den, out = ctx.saved_tensors
+        # out = num / den: d out / d num = 1 / den, d out / d den = -out / den.
+        grad_num = grad_out / den
+        grad_den = -grad_num * out
+        grad_logits = torch.empty_like(logits)
+        grad_messages = torch.zeros(messages.shape, dtype=grad_num.dtype, device=grad_num.device)
+        for rows in _chunks(logits.shape[0], logits.shape[1]):
+            gate = torch.sigmoid(logits[rows]).to(grad_num.dtype)
+            grad_num_edge = grad_num[dst[rows]]
+            grad_gate = grad_num_edge * messages[src[rows]] + grad_den[dst[rows]]
+            grad_logits[rows] = grad_gate * gate * (1 - gate)
+            grad_messages.index_add_(0, src[rows], grad_num_edge.mul_(gate))
+        return grad_logits, grad_messages.to(messages.dtype), None, None, None, None
+
+
+def gated_mean(
+    logits: Tensor, messages: Tensor, edge_index: Tensor, num_targets: int | None = None, eps: float = 1e-6
+) -> Tensor:
+    r"""``out_i = Σ_{j→i} σ(s_ji) ⊙ m_j / (Σ_{j→i} σ(s_ji) + eps)``, GatedGCN's aggregation.
+
+    Args:
+        logits: ``[E, C]`` gate logits :math:`s` per edge of ``edge_index``.
+        messages: ``[N, C]`` per-node messages :math:`m` (gathered at each edge's source).
+        edge_index: ``[2, E]`` (source, target), any integer dtype.
+        num_targets: rows of the output ``N_dst`` (default ``N``): fewer where the targets are the first
+            ``N_dst`` of the sources, as on a graph partition whose sources are its own nodes then a halo.
+        eps: added to the gate sums (a node without incoming edges gets 0).
+
+    Returns:
+        ``[N_dst, C]`` in the promoted dtype of ``logits`` and ``messages``. Gradients reach both; memory
+        beyond the inputs and output is ``O(N·C)`` plus one chunk of edges.
+    """
+    src, dst = edge_index
+    rows = messages.shape[0] if num_targets is None else num_targets
+    return _GatedMean.apply(logits, messages, src, dst, rows, eps)

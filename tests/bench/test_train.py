@@ -1,0 +1,54 @@
+"""kmipgt bench train: one `kmipgt train` process per point, budget skips, fitted log-log slopes."""
+
+import json
+
+import pytest
+
+from kmipgt.bench.train import TrainBenchConfig, fitted_slopes, run_train_benchmark
+from kmipgt.cli import main
+
+# Two tiny GPS layers: each point is a few seconds, most of them the interpreter start.
+SMALL = ["model.num_layers=1", "model.channels=8", "model.heads=2"]
+
+
+def test_measures_each_point_in_its_own_run_and_fits_slopes(tmp_path):
+    config = TrainBenchConfig(n_values=[400, 200], methods=["none"], epochs=1, overrides=SMALL)
+    result = run_train_benchmark(config, tmp_path)
+    points = result["points"]
+    assert [(p["method"], p["n"], p["status"]) for p in points] == [("none", 200, "ok"), ("none", 400, "ok")]
+    assert all(p["time_per_epoch"] > 0 and p["peak_memory_bytes"] > 2**20 for p in points)
+    assert set(result["slopes"]["time_per_epoch"]) == {"none"}
+    assert (tmp_path / "train.json").is_file() and (tmp_path / "train.png").is_file()
+
+
+def test_slopes_are_least_squares_on_log_log():
+    records = [{"method": "a", "status": "ok", "n": n, "t": 3.0 * n**1.5} for n in (10, 100, 1000)]
+    records.append({"method": "a", "status": "skipped", "n": 10000})
+    assert fitted_slopes(records, "t") == {"a": 1.5}
+
+
+def test_a_point_predicted_over_the_memory_budget_is_skipped(tmp_path):
+    config = TrainBenchConfig(n_values=[200, 100000], methods=["none"], epochs=1, overrides=SMALL,
+                              memory_budget_gb=1.0, time_budget=1e6)
+    points = run_train_benchmark(config, tmp_path)["points"]
+    assert points[0]["status"] == "ok"
+    assert points[1]["status"] == "skipped" and "memory" in points[1]["reason"]
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"n_values": [10]}, "n_values"), ({"n_values": [100], "methods": ["flash"]}, "unknown methods"),
+    ({"n_values": [100], "epochs": 0}, "positive"),
+])
+def test_bad_configs(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        TrainBenchConfig(**kwargs)
+
+
+def test_cli(tmp_path, capsys):
+    args = ["bench", "train", "--n-min", "200", "--n-max", "200", "--methods", "none", "--epochs", "1",
+            "--out", str(tmp_path)]
+    for setting in SMALL:
+        args += ["--set", setting]
+    assert main(args) == 0
+    assert "s/epoch" in capsys.readouterr().out
+    assert json.loads((tmp_path / "train.json").read_text())["points"][0]["n"] == 200
