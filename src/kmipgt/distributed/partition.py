@@ -63,6 +63,7 @@ def partition_order(
             "distributed.partition 'spatial' needs node coordinates (the dataset's pos or "
             "model.coord_columns)"
         )
+    offsets = block_offsets(num_nodes, parts)
     if method == "contiguous" or coords is None:
-        return torch.arange(num_nodes), block_offsets(num_nodes, parts)
-    return spatial_order(coords, parts), block_offsets(num_nodes, parts)
+        return torch.arange(num_nodes), offsets
+    return spatial_order(coords, parts), offsets

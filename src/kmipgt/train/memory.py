@@ -16,6 +16,7 @@ Three views of the same step (forward, backward, optimiser step, then an evaluat
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import Counter
@@ -35,9 +36,13 @@ _MIB = 2**20
 GLUE = "GPS layer ops (dropout, residuals, FFN activation)"
 
 
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+
+
 def _rss_mib() -> float:
+    # The current resident set (statm counts pages), not ru_maxrss: each phase needs its own peak.
     with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * 4096 / _MIB
+        return int(statm.read().split()[1]) * _PAGE_BYTES / _MIB
 
 
 class _PeakSampler:
