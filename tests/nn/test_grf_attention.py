@@ -1,4 +1,4 @@
-"""GRFAttention module: dense reference, walk caching, ragged batches, gradients."""
+"""GRFAttention module: dense reference, walk caching and sharing, ragged batches, gradients."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from kmipgt.nn import GRFAttention
+from kmipgt.nn import GraphTransformer, GRFAttention, share_walk_caches
 
 
 def _edge_index(graph: nx.Graph, offset: int = 0) -> torch.Tensor:
@@ -123,3 +123,74 @@ def test_bad_input_is_rejected():
         GRFAttention(8, feature_map="softmax")
     with pytest.raises(ValueError, match="global_weight"):
         GRFAttention(8, feature_map="softmax", form="asymmetric", global_weight=0.1)
+
+
+def _grf_model(share_walks=True, seed=0, **kwargs):
+    torch.manual_seed(0)
+    attn_kwargs = {"seed": seed, "share_walks": share_walks, "max_len": 4, **kwargs}
+    return GraphTransformer(8, 16, 3, num_layers=3, attention="grf", attn_kwargs=attn_kwargs)
+
+
+def _cores(model):
+    return [layer.attention.core for layer in model.layers]
+
+
+def test_model_layers_share_one_walk_cache_and_one_set_of_walks():
+    model = _grf_model()
+    edge_index, batch = _two_graphs()
+    assert len({id(core.walk_cache) for core in _cores(model)}) == 1
+    model(torch.randn(11, 8), edge_index, batch)
+    walks = _cores(model)[0].walks(edge_index, 11)
+    assert all(core.walks(edge_index, 11) is walks for core in _cores(model))
+    assert _cores(model)[0].walk_cache.graphs_sampled == 1
+    # Each layer keeps its own modulation f.
+    assert len({id(core.theta) for core in _cores(model)}) == 3
+
+
+def test_shared_walks_give_the_outputs_and_gradients_of_per_layer_walks_with_the_same_seed():
+    edge_index, batch = _two_graphs()
+    x = torch.randn(11, 8)
+    results = []
+    for share in (True, False):
+        model = _grf_model(share, explicit_mask=True)
+        assert len({id(core.walk_cache) for core in _cores(model)}) == (1 if share else 3)
+        out = model(x, edge_index, batch)
+        out.square().sum().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        results.append((out.detach(), grads))
+    torch.testing.assert_close(results[0][0], results[1][0], rtol=0, atol=0)
+    assert results[0][1].keys() == results[1][1].keys() and any("theta" in n for n in results[0][1])
+    for name, grad in results[0][1].items():
+        torch.testing.assert_close(grad, results[1][1][name], rtol=0, atol=0, msg=name)
+
+
+def test_shared_walks_are_resampled_for_a_changed_graph_and_after_reset():
+    model = _grf_model(seed=None)
+    edge_index, batch = _two_graphs()
+    x = torch.randn(11, 8)
+    cache = _cores(model)[0].walk_cache
+    model(x, edge_index, batch)
+    first = cache.walks(edge_index, 11)
+    model(x, edge_index.clone(), batch)  # the same graph in another tensor: no resampling
+    assert cache.walks(edge_index, 11) is first and cache.graphs_sampled == 1
+    changed = edge_index.clone()
+    changed[:, :2] = changed[:, :2].flip(0)  # a different graph with the same shape
+    model(x, changed, batch)
+    second = _cores(model)[-1].walks(changed, 11)
+    assert second is not first and cache.graphs_sampled == 2
+    assert all(core.walks(changed, 11) is second for core in _cores(model))
+    changed[0, 0] = changed[1, 0]  # changed in place: the cache holds a copy, not the caller's tensor
+    assert cache.walks(changed, 11) is not second
+    model.reset_parameters()
+    assert cache._walks is None and all(core.walk_cache is cache for core in _cores(model))
+
+
+def test_cores_with_other_walk_settings_or_share_walks_false_keep_their_own_cache():
+    modules = torch.nn.ModuleList(
+        [GRFAttention(8, heads=2, seed=0), GRFAttention(8, heads=2, seed=0, feature_map="elu"),
+         GRFAttention(8, heads=2, seed=0, max_len=3), GRFAttention(8, heads=2, seed=0, share_walks=False)]
+    )
+    assert share_walk_caches(modules) == 2
+    caches = [module.core.walk_cache for module in modules]
+    assert caches[0] is caches[1]  # the feature map is not a walk setting
+    assert len({id(cache) for cache in caches}) == 3

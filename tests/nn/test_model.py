@@ -209,7 +209,7 @@ def test_graph_transformer_argument_errors():
         model(torch.randn(4, 3), torch.tensor([[0, 1], [1, 2]]))
 
 
-@pytest.mark.parametrize("attention", ["kmip", "full", "performer"])
+@pytest.mark.parametrize("attention", ["kmip", "full", "performer", "grf"])
 def test_activation_checkpointing_equals_plain_run(attention):
     graph = _random_graph(40)
     graph.x[:, :2] = torch.rand(40, 2)  # coordinates for the position-keyed queries and keys
@@ -218,9 +218,9 @@ def test_activation_checkpointing_equals_plain_run(attention):
         torch.manual_seed(0)
         model = GraphTransformer(
             6, 16, 3, num_layers=3, edge_channels=3, attention=attention, dropout=0.3,
-            attn_kwargs={"k": 5} if attention == "kmip" else None,
-            attn_dropout=0.2, coord_columns=[0, 1], num_frequencies=3, attention_qk="position",
-            checkpoint=checkpoint,
+            attn_kwargs={"kmip": {"k": 5}, "grf": {"seed": 3}}.get(attention),
+            attn_dropout=0.0 if attention == "grf" else 0.2, coord_columns=[0, 1], num_frequencies=3,
+            attention_qk="position", checkpoint=checkpoint,
         ).train()
         torch.manual_seed(1)  # the same dropout masks in both runs
         loss = model(graph.x, graph.edge_index, edge_attr=graph.edge_attr).square().mean()

@@ -18,7 +18,7 @@ from kmipgt.nn.encoders import EdgeEncoder, FourierFeatures, NodeEncoder
 from kmipgt.nn.gated_gcn import GatedGCNLayer
 from kmipgt.nn.gps_conv import KMIPGPSConv
 from kmipgt.nn.gps_layer import GPSLayer, build_local_mpnn, build_norm
-from kmipgt.nn.grf_core import GRFCore
+from kmipgt.nn.grf_core import GRFCore, GRFWalkCache, share_walk_caches
 from kmipgt.nn.model import GraphTransformer, MLPHead
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "GPSLayer",
     "GRFAttention",
     "GRFCore",
+    "GRFWalkCache",
     "GatedGCNLayer",
     "GraphTransformer",
     "KMIPAttention",
@@ -48,4 +49,5 @@ __all__ = [
     "build_global_attention",
     "build_local_mpnn",
     "build_norm",
+    "share_walk_caches",
 ]

@@ -1,6 +1,15 @@
-"""The GRF attention core: linear attention masked by graph random features, in O(N) (kind ``grf``)."""
+"""The GRF attention core: linear attention masked by graph random features, in O(N) (kind ``grf``).
+
+The walks behind the mask depend only on the graph and the walk settings, so the GRF cores of one model
+share them: :class:`GRFWalkCache` holds one graph's walks and mask pattern, and :func:`share_walk_caches`
+hands one cache to every core of a model that samples alike. Each core keeps its own modulation f and
+random features. At London size (568,795 nodes) one set of walks and its pattern takes about 1 GB;
+eight layers each holding their own took about 9 GB.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -20,7 +29,131 @@ from kmipgt.grf import (
 from kmipgt.nn.cores import AttentionCore
 from kmipgt.ops.ragged import graph_ptr
 
-__all__ = ["GRFCore"]
+__all__ = ["GRFCore", "GRFWalkCache", "WalkSettings", "share_walk_caches"]
+
+
+@dataclass(frozen=True)
+class WalkSettings:
+    """What the walks of a graph depend on besides the graph (arguments of :func:`kmipgt.grf.sample_walks`).
+
+    ``seed`` seeds the first graph; the k-th new graph after it takes ``seed + k`` (``None``: fresh draws).
+    """
+
+    num_walks: int
+    p_halt: float
+    max_len: int
+    antithetic: bool
+    repelling: bool
+    seed: int | None
+
+
+class GRFWalkCache:
+    """One graph's walks, sampled on first use and kept while the same graph comes back.
+
+    Holds the walks, the explicit mask's pattern (built when a core first asks for it) and a compact copy
+    of the graph's ``edge_index`` to recognise it: int32 ``[2, E]`` (8 bytes per edge, half of an int64
+    clone), compared in full on every call, so a different graph (or the same tensor changed in place)
+    is always resampled, never served stale walks.
+
+    Args:
+        settings: the walk settings; the cache samples only with these.
+    """
+
+    def __init__(self, settings: WalkSettings) -> None:
+        self.settings = settings
+        self.graphs_sampled = 0
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget the cached graph, walks and pattern (the seed sequence goes on: the next graph takes
+        the next seed)."""
+        self._graph: Tensor | None = None
+        self._walks: GRFWalks | None = None
+        self._pattern: GRFMaskPattern | None = None
+        self._products: int | None = None
+
+    def walks(self, edge_index: Tensor, num_nodes: int, ptr: Tensor | None = None) -> GRFWalks:
+        """Walks on ``edge_index`` ``[2, E]`` over ``num_nodes`` nodes (``ptr`` ``[G + 1]``: a batch's graph
+        offsets, checked so that no walk crosses graphs): the cached ones if this is the cached graph."""
+        if self._walks is not None and self._walks.num_nodes == num_nodes and self._same_graph(edge_index):
+            return self._walks
+        settings = self.settings
+        seed = None if settings.seed is None else settings.seed + self.graphs_sampled
+        # Drop the old walks first: sampling the new ones must not hold both sets at once.
+        self.clear()
+        walks = sample_walks(
+            edge_index, num_nodes, num_walks=settings.num_walks, p_halt=settings.p_halt,
+            max_len=settings.max_len, seed=seed, ptr=ptr, antithetic=settings.antithetic,
+            repelling=settings.repelling,
+        )
+        self.graphs_sampled += 1
+        self._graph, self._walks = _compact_copy(edge_index, num_nodes), walks
+        return walks
+
+    def _same_graph(self, edge_index: Tensor) -> bool:
+        graph = self._graph
+        return (
+            graph is not None
+            and graph.shape == edge_index.shape
+            and graph.device == edge_index.device
+            and torch.equal(graph, edge_index)
+        )
+
+    def num_products(self) -> int:
+        """``Σ_u c_u²`` for ``c_u`` visits of the cached walks to node u: the products that sum into the
+        explicit mask ``M̂ = Φ̂Φ̂ᵀ`` (an upper bound on its nonzeros), computed once per set of walks."""
+        if self._walks is None:
+            raise RuntimeError("no walks cached: call walks() first")
+        if self._products is None:
+            visits = torch.bincount(self._walks.pairs[1], minlength=self._walks.num_nodes)
+            self._products = int((visits * visits).sum())
+        return self._products
+
+    def nbytes(self) -> int:
+        """Bytes of the tensors the cache holds: graph copy, walks and pattern, with their per-H layouts."""
+        tensors = [] if self._graph is None else [self._graph]
+        if self._walks is not None:
+            tensors += [getattr(self._walks, name) for name in _WALK_TENSORS]
+            tensors += list(self._walks._head_indices.values())
+        if self._pattern is not None:
+            tensors += [self._pattern.indices, self._pattern.left, self._pattern.right, self._pattern.entry]
+            for block in self._pattern._block_patterns.values():
+                tensors += [block.row, block.crow, block.col]
+        storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
+        return sum(storages.values())
+
+    def mask_pattern(self) -> GRFMaskPattern:
+        """The pattern of ``M̂ = Φ̂Φ̂ᵀ`` for the cached walks (:func:`kmipgt.grf.grf_mask_pattern`), built
+        on first request."""
+        if self._walks is None:
+            raise RuntimeError("no walks cached: call walks() first")
+        if self._pattern is None:
+            self._pattern = grf_mask_pattern(self._walks)
+        return self._pattern
+
+
+_WALK_TENSORS = ("step", "start", "node", "load", "pairs", "pair_index")
+
+
+def _compact_copy(edge_index: Tensor, num_nodes: int) -> Tensor:
+    """A copy of ``edge_index`` to compare later graphs with: int32 where node ids fit (always a copy,
+    never a view, so that a change to the caller's tensor cannot change it)."""
+    dtype = torch.int32 if num_nodes <= torch.iinfo(torch.int32).max else torch.int64
+    return edge_index.detach().to(dtype=dtype, copy=True)
+
+
+def share_walk_caches(model: torch.nn.Module) -> int:
+    """Give the GRF cores of ``model`` that sample alike (equal :class:`WalkSettings`) one walk cache.
+
+    Cores built with ``share_walks=False`` keep their own. Outputs do not change where the cores would
+    have sampled the same walks anyway (same seed); with ``seed=None`` the layers now see one random set
+    of walks instead of one each. Returns the number of caches the shared cores use.
+    """
+    caches: dict[WalkSettings, GRFWalkCache] = {}
+    for module in model.modules():
+        if isinstance(module, GRFCore) and module.share_walks:
+            module.walk_cache = caches.setdefault(module.walk_cache.settings, module.walk_cache)
+    return len(caches)
 
 
 class GRFCore(AttentionCore):
@@ -40,7 +173,8 @@ class GRFCore(AttentionCore):
     walks per node on the symmetric-normalised adjacency :math:`W`, so that
     :math:`\mathbb{E}[\widehat{M}] \approx \sum_k (f * f)_k W^k + c\,\mathbf{1}\mathbf{1}^\top`.
     :math:`f = \mathrm{softplus}(\theta) \geq 0` is learned per head; the walks are sampled once per
-    graph and reused while the same ``edge_index`` comes back (a changed graph is resampled). The
+    graph and reused while the same ``edge_index`` comes back (a changed graph is resampled), in a
+    :class:`GRFWalkCache` that the GRF cores of a model share (``share_walks``). The
     constant term :math:`c` (per graph) keeps a global path. Cost :math:`O(\mathrm{nnz}(\widehat{\Phi})
     \cdot m \cdot d)`, linear in N for bounded degree; all heads share one set of walks.
 
@@ -73,6 +207,9 @@ class GRFCore(AttentionCore):
         antithetic (bool, optional): Antithetic termination for walker pairs. (default: :obj:`False`)
         repelling (bool, optional): Repelling (without-replacement) walks. (default: :obj:`False`)
         seed (int, optional): Seed of the walk sampler; new graphs take ``seed + k``.
+        share_walks (bool, optional): Let :func:`share_walk_caches` (called by
+            :class:`~kmipgt.nn.GraphTransformer`) give this core the walks of the model's other GRF cores
+            with the same walk settings; ``False`` keeps walks of its own. (default: :obj:`True`)
 
     Shapes:
         - **input:** tokens :math:`(N, H, d)` each, edge indices :math:`(2, E)` (required), sorted batch
@@ -98,6 +235,7 @@ class GRFCore(AttentionCore):
         antithetic: bool = False,
         repelling: bool = False,
         seed: int | None = None,
+        share_walks: bool = True,
     ) -> None:
         super().__init__(heads, head_dim, dropout)
         if dropout != 0.0:
@@ -123,20 +261,20 @@ class GRFCore(AttentionCore):
             self.register_buffer("projection", torch.empty(self.num_random_features, head_dim))
         else:
             self.projection = None
-        self._cached_edge_index: Tensor | None = None
-        self._cached_walks: GRFWalks | None = None
-        self._cached_pattern: GRFMaskPattern | None = None
-        self._graphs_sampled = 0
+        self.share_walks = share_walks
+        # A plain attribute, not a submodule: walks are neither parameters nor state to save, and several
+        # cores may hold the same cache (share_walk_caches).
+        self.walk_cache = GRFWalkCache(WalkSettings(num_walks, p_halt, max_len, antithetic, repelling, seed))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        r"""Resets f, redraws the random features and forgets cached walks."""
+        r"""Resets f, redraws the random features and forgets the cached walks (of all cores sharing them)."""
         with torch.no_grad():
             f = torch.exp(-self.f_decay * torch.arange(self.max_len + 1, dtype=torch.float))
             # Inverse softplus, so that softplus(theta) starts at f.
             self.theta.copy_((f + torch.log(-torch.expm1(-f))).expand_as(self.theta))
         self.redraw_projection()
-        self._cached_edge_index, self._cached_walks, self._cached_pattern = None, None, None
+        self.walk_cache.clear()
 
     @torch.no_grad()
     def redraw_projection(self) -> None:
@@ -153,45 +291,21 @@ class GRFCore(AttentionCore):
         return F.softplus(self.theta)
 
     def walks(self, edge_index: Tensor, num_nodes: int, ptr: Tensor | None = None) -> GRFWalks:
-        r"""Walks for this graph: cached while ``edge_index`` is unchanged, sampled anew otherwise."""
-        cached = self._cached_edge_index
-        if (
-            self._cached_walks is not None
-            and self._cached_walks.num_nodes == num_nodes
-            and cached is not None
-            and cached.shape == edge_index.shape
-            and cached.device == edge_index.device
-            and torch.equal(cached, edge_index)
-        ):
-            return self._cached_walks
-        seed = None if self.seed is None else self.seed + self._graphs_sampled
-        walks = sample_walks(
-            edge_index,
-            num_nodes,
-            num_walks=self.num_walks,
-            p_halt=self.p_halt,
-            max_len=self.max_len,
-            seed=seed,
-            ptr=ptr,
-            antithetic=self.antithetic,
-            repelling=self.repelling,
-        )
-        self._graphs_sampled += 1
-        self._cached_edge_index, self._cached_walks = edge_index.detach().clone(), walks
-        self._cached_pattern = grf_mask_pattern(walks) if self._use_explicit_mask(walks) else None
-        return walks
+        r"""Walks for this graph (:meth:`GRFWalkCache.walks`): cached while ``edge_index`` is unchanged."""
+        return self.walk_cache.walks(edge_index, num_nodes, ptr)
 
-    def _use_explicit_mask(self, walks: GRFWalks) -> bool:
+    def _mask_pattern(self, walks: GRFWalks) -> GRFMaskPattern | None:
+        """The explicit mask's pattern when this core computes through it, else ``None``."""
         if self.form != "symmetric":
-            return False
-        if self.explicit_mask is not None:
-            return self.explicit_mask
-        # Flops per head: the products Φ̂_iu Φ̂_ju (an upper bound on nnz(M̂)) times the edge-list work,
-        # against two sparse products of width m (d + 1).
-        visits = torch.bincount(walks.pairs[1], minlength=walks.num_nodes)
-        products = int((visits * visits).sum())
-        width = self.num_random_features if self.feature_map == "favor+" else self.head_dim
-        return products * (width + self.head_dim + 2) < 2 * walks.nnz * width * (self.head_dim + 1)
+            return None
+        use = self.explicit_mask
+        if use is None:
+            # Flops per head: the products Φ̂_iu Φ̂_ju (an upper bound on nnz(M̂)) times the edge-list
+            # work, against two sparse products of width m (d + 1).
+            width = self.num_random_features if self.feature_map == "favor+" else self.head_dim
+            products = self.walk_cache.num_products()
+            use = products * (width + self.head_dim + 2) < 2 * walks.nnz * width * (self.head_dim + 1)
+        return self.walk_cache.mask_pattern() if use else None
 
     def forward(
         self, query: Tensor, key: Tensor, value: Tensor, edge_index: Tensor | None = None,
@@ -201,12 +315,13 @@ class GRFCore(AttentionCore):
             raise ValueError("GRF attention needs `edge_index`: the mask is built from walks on the graph")
         n = query.shape[0]
         ptr = graph_ptr(n, batch=batch) if batch is not None else None
-        features = grf_features(self.walks(edge_index, n, ptr), self.f.to(query.dtype))
+        walks = self.walks(edge_index, n, ptr)
+        features = grf_features(walks, self.f.to(query.dtype))
         options = {"projection": self.projection, "global_weight": self.global_weight, "ptr": ptr}
         if self.form == "symmetric":
             return masked_linear_attention(
-                query, key, value, features, feature_map=self.feature_map, mask_pattern=self._cached_pattern,
-                **options,
+                query, key, value, features, feature_map=self.feature_map,
+                mask_pattern=self._mask_pattern(walks), **options,
             )
         return asymmetric_masked_attention(query, key, value, features, score=self.feature_map, **options)
 

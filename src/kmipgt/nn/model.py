@@ -12,6 +12,7 @@ from torch_geometric.nn import global_add_pool, global_mean_pool
 
 from kmipgt.nn.encoders import EdgeEncoder, NodeEncoder
 from kmipgt.nn.gps_layer import EDGE_LOCAL_KINDS, GPSLayer
+from kmipgt.nn.grf_core import share_walk_caches
 
 TASKS = ("node", "graph", "edge")
 POOLINGS = ("mean", "sum")
@@ -147,7 +148,9 @@ class GraphTransformer(_ReadoutModel):
         head_layers: layers of the output MLP.
         coord_columns, num_frequencies, lappe_dim, rwse_dim: see :class:`~kmipgt.nn.encoders.NodeEncoder`.
         attn_kwargs: options of the attention kind's core, passed to every attention layer untouched
-            (:data:`kmipgt.nn.attention.CORES`; e.g. ``{"k": 16, "backend": "ivf"}`` for k-MIP).
+            (:data:`kmipgt.nn.attention.CORES`; e.g. ``{"k": 16, "backend": "ivf"}`` for k-MIP). GRF layers
+            share one set of walks (:func:`~kmipgt.nn.grf_core.share_walk_caches`) unless
+            ``share_walks: false`` is among them.
         attention_qk: what the attention's queries and keys are projected from: ``"hidden"`` (the layer
             input, as in GraphGPS) or ``"encoding"`` (the positional encodings of
             :meth:`~kmipgt.nn.encoders.NodeEncoder.encodings`: Fourier features of the coordinates,
@@ -240,6 +243,8 @@ class GraphTransformer(_ReadoutModel):
             )
             for i in range(num_layers)
         )
+        # Walks depend only on the graph: one set for all GRF layers, not one per layer (9 GB at London size).
+        share_walk_caches(self)
         self._tie_position_attention()
         self.head = MLPHead(channels, out_channels, head_layers, dropout)
 

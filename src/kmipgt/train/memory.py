@@ -2,8 +2,8 @@
 
 Three views of the same step (forward, backward, optimiser step, then an evaluation forward):
 
-- **state**: bytes of what lives for the whole run (the prepared graph's tensors, parameters, gradients,
-  AdamW moments), counted from the tensors;
+- **state**: bytes of what lives for the whole run (the prepared graph's tensors, the GRF layers' walk
+  caches, parameters, gradients, AdamW moments), counted from the tensors;
 - **saved**: bytes autograd keeps from the forward for the backward, per model component (the innermost
   module that saved it, or the GPS layer's own ops: dropout masks, residual sums, the FFN activation),
   each storage counted once. With ``model.checkpoint`` the layers' saves happen inside the checkpoint and
@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from kmipgt.nn import GRFCore
 from kmipgt.train.config import Config
 from kmipgt.train.loop import Trainer
 from kmipgt.train.task import compute_loss
@@ -133,8 +134,10 @@ def _state_bytes(trainer: Trainer) -> dict[str, int]:
     params = sum(p.numel() * p.element_size() for p in trainer.model.parameters())
     moments = sum(t.numel() * t.element_size() for s in trainer.optimizer.state.values()
                   for t in s.values() if torch.is_tensor(t))
+    caches = {id(m.walk_cache): m.walk_cache for m in trainer.model.modules() if isinstance(m, GRFCore)}
     return {
         "graph tensors": sum(v.numel() * v.element_size() for _, v in graph if torch.is_tensor(v)),
+        "GRF walk caches": sum(cache.nbytes() for cache in caches.values()),
         "parameters": params,
         "gradients": params,
         "optimizer moments": moments,
