@@ -10,12 +10,14 @@ import torch
 from kmipgt.grf import (
     apply_feature_map,
     asymmetric_masked_attention,
+    grf_feature_values,
     grf_features,
     grf_mask,
     grf_mask_pattern,
     linear_attention,
     masked_linear_attention,
     orthogonal_random_features,
+    pattern_masked_attention,
     sample_walks,
 )
 
@@ -181,6 +183,28 @@ def test_explicit_mask_equals_dense_feature_product(walks_and_ptr, per_head):
     mask = grf_mask(features, grf_mask_pattern(walks))
     assert mask.is_coalesced()
     torch.testing.assert_close(mask.to_dense(), dense @ dense.transpose(-1, -2))
+
+
+@pytest.mark.parametrize("per_head", [False, True])
+@pytest.mark.parametrize("global_weight", [0.0, 0.3])
+def test_attention_from_feature_values_equals_the_sparse_route(walks_and_ptr, per_head, global_weight):
+    """pattern_masked_attention (no sparse Φ̂) is the explicit-mask route, bit for bit."""
+    walks, ptr = walks_and_ptr
+    pattern = grf_mask_pattern(walks)
+    f = torch.rand(HEADS, 5, dtype=torch.float64) if per_head else torch.rand(5, dtype=torch.float64)
+    inputs = [t.requires_grad_() for t in (*_inputs(walks.num_nodes, seed=4), f)]
+    options = {"feature_map": "relu", "global_weight": global_weight, "ptr": ptr}
+    outs = [
+        masked_linear_attention(*inputs[:3], grf_features(walks, inputs[3]), mask_pattern=pattern, **options),
+        pattern_masked_attention(*inputs[:3], grf_feature_values(walks, inputs[3]), pattern, **options),
+    ]
+    grads = [torch.autograd.grad(out.sum(), inputs) for out in outs]
+    assert torch.equal(outs[0], outs[1])
+    assert all(torch.equal(a, b) for a, b in zip(*grads, strict=True))
+    with pytest.raises(ValueError, match="feature_values"):
+        pattern_masked_attention(*inputs[:3], torch.ones(HEADS + 1, pattern.num_features), pattern)
+    with pytest.raises(TypeError, match="mask_pattern"):
+        pattern_masked_attention(*inputs[:3], grf_feature_values(walks, f), None)
 
 
 def test_delta_f_gives_self_attention_only(walks_and_ptr):

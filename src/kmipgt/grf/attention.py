@@ -25,7 +25,9 @@ from kmipgt.grf.features import GRFMaskPattern, feature_values, grf_mask_values
 from kmipgt.grf.sparse import CSRPattern, sampled_dot, sparse_dense_matmul
 from kmipgt.ops.ragged import graph_ptr
 
-__all__ = ["asymmetric_masked_attention", "linear_attention", "masked_linear_attention"]
+__all__ = [
+    "asymmetric_masked_attention", "linear_attention", "masked_linear_attention", "pattern_masked_attention",
+]
 
 SCORES = ("softmax", *FEATURE_MAPS)
 
@@ -181,15 +183,10 @@ def masked_linear_attention(
         raise ValueError(f"`global_weight` must be non-negative, got {global_weight}")
     n, heads = query.shape[:2]
     if mask_pattern is not None:
-        if feature_map not in FEATURE_MAPS:
-            raise ValueError(f"`feature_map` must be one of {FEATURE_MAPS}, got {feature_map!r}")
-        graph = _graph_index(n, ptr, batch, query.device) if global_weight > 0 else None
-        mask = grf_mask_values(feature_values(features, mask_pattern), mask_pattern)
-        weights = mask.expand(heads, -1).reshape(-1)
-        block = mask_pattern.block_pattern(heads)
-        return _edge_list_attention(
-            query, key, value, block, weights, feature_map, projection, None, global_weight, graph, eps,
-            chunk_rows,
+        return pattern_masked_attention(
+            query, key, value, feature_values(features, mask_pattern), mask_pattern, feature_map=feature_map,
+            projection=projection, global_weight=global_weight, ptr=ptr, batch=batch, eps=eps,
+            chunk_rows=chunk_rows,
         )
     phi_q = _head_major_features(query, feature_map, projection, True)
     phi_k = _head_major_features(key, feature_map, projection, False)
@@ -203,6 +200,54 @@ def masked_linear_attention(
     out = torch.bmm(phi_q.reshape(heads * n, 1, m), mixed).view(heads, n, e)
     graph = _graph_index(n, ptr, batch, query.device) if global_weight > 0 else None
     return _normalise_with_global(out, global_weight, phi_q, phi_k, value1, graph, outer, eps)
+
+
+def pattern_masked_attention(
+    query: Tensor, key: Tensor, value: Tensor, feature_values: Tensor, mask_pattern: GRFMaskPattern, *,
+    feature_map: str = "relu", projection: Tensor | None = None, global_weight: float = 0.0,
+    ptr: Tensor | None = None, batch: Tensor | None = None, eps: float = 1e-6, chunk_rows: int | None = None,
+) -> Tensor:
+    """:func:`masked_linear_attention` through the explicit mask ``M̂ = Φ̂Φ̂ᵀ``, from the values of ``Φ̂``.
+
+    The same result as ``masked_linear_attention(..., features, mask_pattern=mask_pattern)`` with
+    ``feature_values = grf_feature_values(walks, f)``, without the sparse ``Φ̂``: a module that caches the
+    walks then keeps no per-head int64 indices of ``Φ̂`` (``[3, H·P]``, 96 bytes per pair with 4 heads).
+
+    Args:
+        query, key: ``[N, H, d]``; value: ``[N, H, d_v]``.
+        feature_values: ``[P]`` or ``[1, P]`` (shared by the heads) or ``[H, P]`` values of ``Φ̂`` at the
+            walks' ``pairs`` (:func:`kmipgt.grf.grf_feature_values`).
+        mask_pattern: ``grf_mask_pattern(walks)`` of the same walks (``P = mask_pattern.num_features``).
+        feature_map, projection, global_weight, ptr, batch, eps, chunk_rows: as in
+            :func:`masked_linear_attention`.
+
+    Returns:
+        ``[N, H, d_v]``.
+    """
+    _check_qkv(query, key, value)
+    n, heads = query.shape[:2]
+    if not isinstance(mask_pattern, GRFMaskPattern):
+        raise TypeError(f"`mask_pattern` must be a GRFMaskPattern, got {type(mask_pattern).__name__}")
+    if mask_pattern.num_nodes != n:
+        raise ValueError(f"`mask_pattern` is for {mask_pattern.num_nodes} nodes, the tokens have {n}")
+    values = feature_values.view(1, -1) if feature_values.dim() == 1 else feature_values
+    p = mask_pattern.num_features
+    if values.dim() != 2 or values.shape[0] not in (1, heads) or values.shape[1] != p:
+        raise ValueError(
+            f"`feature_values` must have shape [P], [1, P] or [{heads}, P] with P={p}, "
+            f"got {tuple(feature_values.shape)}"
+        )
+    if feature_map not in FEATURE_MAPS:
+        raise ValueError(f"`feature_map` must be one of {FEATURE_MAPS}, got {feature_map!r}")
+    if global_weight < 0:
+        raise ValueError(f"`global_weight` must be non-negative, got {global_weight}")
+    graph = _graph_index(n, ptr, batch, query.device) if global_weight > 0 else None
+    mask = grf_mask_values(values, mask_pattern)
+    weights = mask.expand(heads, -1).reshape(-1)
+    return _edge_list_attention(
+        query, key, value, mask_pattern.block_pattern(heads), weights, feature_map, projection, None,
+        global_weight, graph, eps, chunk_rows,
+    )
 
 
 def linear_attention(

@@ -8,10 +8,12 @@ import torch
 from torch import Tensor
 
 from kmipgt.grf.edge_sums import CHUNK_BYTES
-from kmipgt.grf.sparse import CSRPattern
+from kmipgt.grf.sparse import CSRPattern, index_dtype
 from kmipgt.grf.walks import GRFWalks
 
-__all__ = ["GRFMaskPattern", "grf_features", "grf_mask", "grf_mask_pattern", "grf_mask_values"]
+__all__ = [
+    "GRFMaskPattern", "grf_feature_values", "grf_features", "grf_mask", "grf_mask_pattern", "grf_mask_values",
+]
 
 
 def grf_features(walks: GRFWalks, f: Tensor) -> Tensor:
@@ -20,7 +22,7 @@ def grf_features(walks: GRFWalks, f: Tensor) -> Tensor:
     Row i of the result is node i's graph random feature ``φ̂(v_i)``; ``Φ̂Φ̂ᵀ`` is an unbiased estimate
     (off the diagonal, or exactly with independent walks on the two sides) of ``Σ_k α_k W^k`` with
     ``α = f * f``. The sparsity pattern comes from the frozen walks; the values are
-    ``Σ_t f_t P_t[i, u]`` and carry autograd back to ``f``.
+    ``Σ_t f_t P_t[i, u]`` (:func:`grf_feature_values`) and carry autograd back to ``f``.
 
     Args:
         walks: output of :func:`kmipgt.grf.sample_walks`.
@@ -31,6 +33,30 @@ def grf_features(walks: GRFWalks, f: Tensor) -> Tensor:
         Coalesced sparse COO tensor ``[N, N]`` for 1-D ``f``, or ``[H, N, N]`` (one matrix per head,
         all sharing the walks' pattern) for 2-D ``f``.
     """
+    values = grf_feature_values(walks, f)
+    n = walks.num_nodes
+    if f.dim() == 1:
+        pairs = walks.pairs.long()  # sparse COO tensors take int64 indices only
+        return torch.sparse_coo_tensor(pairs, values, (n, n), is_coalesced=True, check_invariants=False)
+    heads = f.shape[0]
+    return torch.sparse_coo_tensor(
+        walks.head_indices(heads), values.flatten(), (heads, n, n), is_coalesced=True, check_invariants=False
+    )
+
+
+def grf_feature_values(walks: GRFWalks, f: Tensor) -> Tensor:
+    """The values of :func:`grf_features` alone: ``Σ_t f_t P_t[i, u]`` at the walks' ``pairs``.
+
+    What the explicit-mask route needs (:func:`kmipgt.grf.pattern_masked_attention`): it never builds the
+    sparse tensor, whose per-head int64 indices (``[3, H·P]``) would be kept for the whole run.
+
+    Args:
+        walks: output of :func:`kmipgt.grf.sample_walks`.
+        f: ``[max_len + 1]`` or ``[H, max_len + 1]``, as in :func:`grf_features`.
+
+    Returns:
+        ``[P]`` for 1-D ``f``, ``[H, P]`` for 2-D ``f``, in the order of ``walks.pairs``.
+    """
     if not isinstance(walks, GRFWalks):
         raise TypeError(f"`walks` must be a GRFWalks from sample_walks, got {type(walks).__name__}")
     if not isinstance(f, Tensor) or not f.dtype.is_floating_point:
@@ -40,18 +66,12 @@ def grf_features(walks: GRFWalks, f: Tensor) -> Tensor:
             f"`f` must have shape [max_len + 1] or [H, max_len + 1] with max_len={walks.max_len}, "
             f"got {tuple(f.shape)}"
         )
-    n = walks.num_nodes
     load = walks.load.to(f.dtype)
     if f.dim() == 1:
         contributions = f[walks.step] * load
-        values = contributions.new_zeros(walks.nnz).index_add(0, walks.pair_index, contributions)
-        return torch.sparse_coo_tensor(walks.pairs, values, (n, n), is_coalesced=True, check_invariants=False)
-    heads = f.shape[0]
+        return contributions.new_zeros(walks.nnz).index_add(0, walks.pair_index, contributions)
     contributions = f[:, walks.step] * load
-    values = contributions.new_zeros(heads, walks.nnz).index_add(1, walks.pair_index, contributions)
-    return torch.sparse_coo_tensor(
-        walks.head_indices(heads), values.flatten(), (heads, n, n), is_coalesced=True, check_invariants=False
-    )
+    return contributions.new_zeros(f.shape[0], walks.nnz).index_add(1, walks.pair_index, contributions)
 
 
 @dataclass(frozen=True)
@@ -61,12 +81,15 @@ class GRFMaskPattern:
     ``M̂_ij = Σ_u Φ̂_iu Φ̂_ju``: every pair of nonzeros of ``Φ̂`` that share a column u adds one product.
     Built once per set of walks; :func:`grf_mask` then assembles ``M̂`` for any f in O(pairs).
 
+    Indices are int32 where they fit (below 2^31), int64 otherwise: like the walks, the pattern lives
+    as long as the graph.
+
     Attributes:
         num_nodes: N.
-        indices: ``[2, M]`` int64 ``(i, j)`` nonzeros of ``M̂``, sorted row-major.
-        left: ``[Q]`` int64 position of ``Φ̂_iu`` among the walks' ``pairs``.
-        right: ``[Q]`` int64 position of ``Φ̂_ju``.
-        entry: ``[Q]`` int64 column of ``indices`` that the product ``Φ̂_iu Φ̂_ju`` adds to.
+        indices: ``[2, M]`` int32 ``(i, j)`` nonzeros of ``M̂``, sorted row-major.
+        left: ``[Q]`` int32 position of ``Φ̂_iu`` among the walks' ``pairs``.
+        right: ``[Q]`` int32 position of ``Φ̂_ju``.
+        entry: ``[Q]`` int32 column of ``indices`` that the product ``Φ̂_iu Φ̂_ju`` adds to.
     """
 
     num_nodes: int
@@ -84,12 +107,13 @@ class GRFMaskPattern:
         return int(self.indices.shape[1])
 
     def block_pattern(self, heads: int) -> CSRPattern:
-        """CSR pattern of ``M̂`` repeated on the diagonal of an ``[H·N, H·N]`` matrix (cached per H)."""
+        """CSR pattern of ``M̂`` repeated on the diagonal of an ``[H·N, H·N]`` matrix (cached per H), int32
+        where ``H·N`` and ``H·M`` fit."""
         if heads not in self._block_patterns:
-            offset = (
-                torch.arange(heads, device=self.indices.device).repeat_interleave(self.nnz) * self.num_nodes
-            )
-            block = self.indices.repeat(1, heads) + offset
+            dtype = index_dtype(max(heads * self.num_nodes, heads * self.nnz))
+            head = torch.arange(heads, device=self.indices.device, dtype=dtype)
+            offset = head.repeat_interleave(self.nnz) * self.num_nodes
+            block = self.indices.to(dtype).repeat(1, heads) + offset
             self._block_patterns[heads] = CSRPattern.from_indices(block, heads * self.num_nodes)
         return self._block_patterns[heads]
 
@@ -103,7 +127,8 @@ def grf_mask_pattern(walks: GRFWalks) -> GRFMaskPattern:
     if not isinstance(walks, GRFWalks):
         raise TypeError(f"`walks` must be a GRFWalks from sample_walks, got {type(walks).__name__}")
     n = walks.num_nodes
-    row, col = walks.pairs
+    # int64 while building: the keys below reach N², and positions may exceed int32 before the compaction.
+    row, col = walks.pairs.long()
     order = torch.argsort(col, stable=True)
     sorted_col = col[order]
     counts = torch.bincount(col, minlength=n)
@@ -118,7 +143,9 @@ def grf_mask_pattern(walks: GRFWalks) -> GRFMaskPattern:
     indices = torch.stack([keys // n, keys % n])
     # Products sorted by their target entry make the per-forward scatter-add cache-friendly.
     by_entry = torch.argsort(entry, stable=True)
-    return GRFMaskPattern(n, walks.nnz, indices, left[by_entry], right[by_entry], entry[by_entry])
+    position = index_dtype(max(row.numel(), keys.numel()))
+    left, right, entry = (t[by_entry].to(position) for t in (left, right, entry))
+    return GRFMaskPattern(n, walks.nnz, indices.to(index_dtype(n - 1)), left, right, entry)
 
 
 def grf_mask(features: Tensor, pattern: GRFMaskPattern) -> Tensor:
@@ -134,12 +161,13 @@ def grf_mask(features: Tensor, pattern: GRFMaskPattern) -> Tensor:
     n = pattern.num_nodes
     mask = grf_mask_values(feature_values(features, pattern), pattern)
     heads = mask.shape[0]
+    pattern_indices = pattern.indices.long()  # sparse COO tensors take int64 indices only
     if features.dim() == 2:
         return torch.sparse_coo_tensor(
-            pattern.indices, mask[0], (n, n), is_coalesced=True, check_invariants=False
+            pattern_indices, mask[0], (n, n), is_coalesced=True, check_invariants=False
         )
     head = torch.arange(heads, device=mask.device).repeat_interleave(pattern.nnz)
-    indices = torch.cat([head[None], pattern.indices.repeat(1, heads)])
+    indices = torch.cat([head[None], pattern_indices.repeat(1, heads)])
     return torch.sparse_coo_tensor(
         indices, mask.flatten(), (heads, n, n), is_coalesced=True, check_invariants=False
     )

@@ -19,9 +19,17 @@ from torch import Tensor
 __all__ = ["CSRPattern", "csr_product", "sampled_dot", "sddmm", "sparse_dense_matmul"]
 
 
+def index_dtype(largest: int) -> torch.dtype:
+    """int32 for indices up to ``largest`` when they fit (half the bytes of int64), else int64."""
+    return torch.int32 if largest <= torch.iinfo(torch.int32).max else torch.int64
+
+
 def _crow(row: Tensor, num_rows: int) -> Tensor:
+    """CSR offsets ``[num_rows + 1]`` in ``row``'s dtype: torch's CSR tensors need offsets and columns
+    of one dtype (int64 when ``row`` is too long for int32 offsets)."""
     counts = torch.bincount(row, minlength=num_rows)
-    return torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+    dtype = row.dtype if index_dtype(row.numel()) == torch.int32 else torch.int64
+    return torch.cat([counts.new_zeros(1), counts.cumsum(0)]).to(dtype)
 
 
 @dataclass(frozen=True)
@@ -39,11 +47,13 @@ class CSRPattern:
 
     @classmethod
     def from_indices(cls, indices: Tensor, num_nodes: int) -> CSRPattern:
-        """From ``[2, nnz]`` int64 ``(row, col)`` sorted row-major without duplicates."""
+        """From ``[2, nnz]`` int64 or int32 ``(row, col)`` sorted row-major without duplicates; the offsets
+        take the indices' dtype (int64 if ``nnz`` does not fit int32: then the columns are widened too)."""
         if indices.dim() != 2 or indices.shape[0] != 2:
             raise ValueError(f"`indices` must have shape [2, nnz], got {tuple(indices.shape)}")
         row, col = indices
-        return cls(num_nodes, row, _crow(row, num_nodes), col)
+        crow = _crow(row, num_nodes)
+        return cls(num_nodes, row, crow, col.to(crow.dtype))
 
 
 def _as_pattern(indices: Tensor | CSRPattern, num_nodes: int) -> CSRPattern:
@@ -73,7 +83,8 @@ def csr_product(
         if transpose:
             matrix = matrix.T
         return torch.from_numpy(matrix @ dense.numpy())
-    indices = torch.stack([col, row]) if transpose else torch.stack([row, col])
+    # Sparse COO tensors take int64 indices only.
+    indices = torch.stack([col, row] if transpose else [row, col]).long()
     size = shape[::-1] if transpose else shape
     return torch.sparse.mm(torch.sparse_coo_tensor(indices, values, size, check_invariants=False), dense)
 
@@ -135,8 +146,8 @@ def sparse_dense_matmul(
     """``A @ dense`` (or ``Aᵀ @ dense``) for square sparse ``A``, with gradients to values and dense.
 
     Args:
-        indices: ``[2, nnz]`` int64 ``(row, col)`` sorted row-major without duplicates (coalesced
-            order), or their :class:`CSRPattern`.
+        indices: ``[2, nnz]`` int64 or int32 ``(row, col)`` sorted row-major without duplicates
+            (coalesced order), or their :class:`CSRPattern`.
         values: ``[nnz]`` floating values of ``A`` (may require grad).
         dense: ``[N, F]``.
         transpose: multiply by ``Aᵀ`` instead.
@@ -155,7 +166,7 @@ def sampled_dot(indices: Tensor | CSRPattern, left: Tensor, right: Tensor) -> Te
     """``[nnz]`` dot products ``left[i] · right[j]`` at the stored entries ``(i, j)`` (SDDMM).
 
     Args:
-        indices: ``[2, nnz]`` int64 ``(i, j)`` sorted row-major without duplicates, or a
+        indices: ``[2, nnz]`` int64 or int32 ``(i, j)`` sorted row-major without duplicates, or a
             :class:`CSRPattern`.
         left: ``[N, F]``; right: ``[N, F]``; both may require grad.
 

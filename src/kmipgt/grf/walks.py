@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from kmipgt.grf.sparse import index_dtype
+
 __all__ = ["GRFWalks", "sample_walks"]
 
 
@@ -26,17 +28,20 @@ class GRFWalks:
     """Per-step loads of sampled walks, stored once as a COO list with a step index.
 
     ``E`` records (one per distinct ``(step, start, node)``) and ``P`` distinct ``(start, node)`` pairs.
+    Indices are int32 where they fit (node ids below 2^31, ``E`` below 2^31): they live as long as the
+    graph does, and int64 doubled them. Sparse tensors built from them take int64 copies.
 
     Attributes:
         num_nodes: N.
         num_walks: n, walkers per node.
         max_len: truncation length; steps run from 0 to ``max_len``.
-        step: ``[E]`` int64 walk step t.
-        start: ``[E]`` int64 start node i.
-        node: ``[E]`` int64 visited node u.
+        step: ``[E]`` int32 walk step t.
+        start: ``[E]`` int32 (int64 for N ≥ 2^31) start node i.
+        node: ``[E]`` int32 (int64 for N ≥ 2^31) visited node u.
         load: ``[E]`` float ``P_t[i, u]``, the summed loads divided by n.
-        pairs: ``[2, P]`` int64 distinct ``(start, node)`` pairs, sorted row-major (coalesced order).
-        pair_index: ``[E]`` int64 column of ``pairs`` that each record belongs to.
+        pairs: ``[2, P]`` int32 (int64 for N ≥ 2^31) distinct ``(start, node)`` pairs, sorted row-major
+            (coalesced order).
+        pair_index: ``[E]`` int32 (int64 for E ≥ 2^31) column of ``pairs`` that each record belongs to.
     """
 
     num_nodes: int
@@ -59,7 +64,7 @@ class GRFWalks:
         """
         if heads not in self._head_indices:
             head = torch.arange(heads, device=self.pairs.device).repeat_interleave(self.nnz)
-            self._head_indices[heads] = torch.cat([head[None], self.pairs.repeat(1, heads)])
+            self._head_indices[heads] = torch.cat([head[None], self.pairs.long().repeat(1, heads)])
         return self._head_indices[heads]
 
     @property
@@ -72,7 +77,7 @@ class GRFWalks:
         if not 0 <= t <= self.max_len:
             raise ValueError(f"`t` must lie in [0, {self.max_len}], got {t}")
         mask = self.step == t
-        indices = torch.stack([self.start[mask], self.node[mask]])
+        indices = torch.stack([self.start[mask], self.node[mask]]).long()
         size = (self.num_nodes, self.num_nodes)
         return torch.sparse_coo_tensor(indices, self.load[mask], size, check_invariants=False).coalesce()
 
@@ -268,4 +273,9 @@ def sample_walks(
     step, start, node, load = torch.cat(steps), torch.cat(starts), torch.cat(visited), torch.cat(loads)
     pair_keys, pair_index = torch.unique(start * num_nodes + node, return_inverse=True)
     pairs = torch.stack([pair_keys // num_nodes, pair_keys % num_nodes])
-    return GRFWalks(num_nodes, num_walks, max_len, step, start, node, load, pairs, pair_index)
+    # Sampled in int64 (the keys above reach N²), kept compact: the walks live as long as the graph.
+    node_dtype = index_dtype(num_nodes - 1)
+    return GRFWalks(
+        num_nodes, num_walks, max_len, step.int(), start.to(node_dtype), node.to(node_dtype), load,
+        pairs.to(node_dtype), pair_index.to(index_dtype(step.numel())),
+    )

@@ -20,10 +20,12 @@ from kmipgt.grf import (
     GRFMaskPattern,
     GRFWalks,
     asymmetric_masked_attention,
+    grf_feature_values,
     grf_features,
     grf_mask_pattern,
     masked_linear_attention,
     orthogonal_random_features,
+    pattern_masked_attention,
     sample_walks,
 )
 from kmipgt.nn.cores import AttentionCore
@@ -316,13 +318,19 @@ class GRFCore(AttentionCore):
         n = query.shape[0]
         ptr = graph_ptr(n, batch=batch) if batch is not None else None
         walks = self.walks(edge_index, n, ptr)
-        features = grf_features(walks, self.f.to(query.dtype))
+        f = self.f.to(query.dtype)
         options = {"projection": self.projection, "global_weight": self.global_weight, "ptr": ptr}
-        if self.form == "symmetric":
-            return masked_linear_attention(
-                query, key, value, features, feature_map=self.feature_map,
-                mask_pattern=self._mask_pattern(walks), **options,
+        pattern = self._mask_pattern(walks)
+        if pattern is not None:
+            # Values of Φ̂ only: the sparse Φ̂ would cache [3, H·P] int64 indices in the shared walks.
+            values = grf_feature_values(walks, f)
+            return pattern_masked_attention(
+                query, key, value, values, pattern, feature_map=self.feature_map, **options
             )
+        features = grf_features(walks, f)
+        if self.form == "symmetric":
+            feature_map = self.feature_map
+            return masked_linear_attention(query, key, value, features, feature_map=feature_map, **options)
         return asymmetric_masked_attention(query, key, value, features, score=self.feature_map, **options)
 
     def extra_repr(self) -> str:
