@@ -3,8 +3,9 @@
 The walks behind the mask depend only on the graph and the walk settings, so the GRF cores of one model
 share them: :class:`GRFWalkCache` holds one graph's walks and mask pattern, and :func:`share_walk_caches`
 hands one cache to every core of a model that samples alike. Each core keeps its own modulation f and
-random features. At London size (568,795 nodes) one set of walks and its pattern takes about 1 GB;
-eight layers each holding their own took about 9 GB.
+random features. Scaled from 20,000 nodes, at London size (568,795 nodes) the shared cache with its
+int32 indices takes about 0.4 GB, where eight layers each holding their own int64 one took 7.5 GB
+(docs/scaling.md, "GRF walks").
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from kmipgt.grf import (
     pattern_masked_attention,
     sample_walks,
 )
+from kmipgt.grf.sparse import index_dtype
 from kmipgt.nn.cores import AttentionCore
 from kmipgt.ops.ragged import graph_ptr
 
@@ -54,8 +56,8 @@ class GRFWalkCache:
 
     Holds the walks, the explicit mask's pattern (built when a core first asks for it) and a compact copy
     of the graph's ``edge_index`` to recognise it: int32 ``[2, E]`` (8 bytes per edge, half of an int64
-    clone), compared in full on every call, so a different graph (or the same tensor changed in place)
-    is always resampled, never served stale walks.
+    clone), compared in full on every call (``torch.equal`` compares across integer dtypes exactly), so
+    a different graph, or the same tensor changed in place, is always resampled, never served stale walks.
 
     Args:
         settings: the walk settings; the cache samples only with these.
@@ -140,8 +142,7 @@ _WALK_TENSORS = ("step", "start", "node", "load", "pairs", "pair_index")
 def _compact_copy(edge_index: Tensor, num_nodes: int) -> Tensor:
     """A copy of ``edge_index`` to compare later graphs with: int32 where node ids fit (always a copy,
     never a view, so that a change to the caller's tensor cannot change it)."""
-    dtype = torch.int32 if num_nodes <= torch.iinfo(torch.int32).max else torch.int64
-    return edge_index.detach().to(dtype=dtype, copy=True)
+    return edge_index.detach().to(dtype=index_dtype(num_nodes - 1), copy=True)
 
 
 def share_walk_caches(model: torch.nn.Module) -> int:
