@@ -1,11 +1,14 @@
-"""Retaining freed memory: checked against the kernel's own resident-set count, in fresh processes."""
+"""The heap policies: the thresholds each passes to mallopt, and retaining freed memory checked against the
+kernel's own resident-set count, in fresh processes."""
 
+import logging
 import subprocess
 import sys
 
 import pytest
 
-from kmipgt.malloc import OPT_OUT_VARIABLE
+from kmipgt import malloc
+from kmipgt.malloc import OPT_OUT_VARIABLE, retain_freed_memory, use_allocator
 
 # Resident pages before and after freeing a 256 MiB tensor whose pages were all touched.
 _PROBE = """
@@ -38,3 +41,60 @@ def test_freed_buffers_stay_resident_unless_opted_out():
     assert released < 16  # the 256 MiB stay in the heap for the next allocation
     accepted, released = _probe({OPT_OUT_VARIABLE: "1"})
     assert not accepted and released > 200  # glibc's default: the mapping is returned at once
+
+
+@pytest.fixture
+def mallopt_calls(monkeypatch):
+    """The (option, value) pairs passed to a stand-in for glibc's mallopt, which accepts them all."""
+    calls = []
+    monkeypatch.setattr(malloc, "_mallopt", lambda: lambda option, value: calls.append((option, value)) or 1)
+    monkeypatch.delenv(OPT_OUT_VARIABLE, raising=False)
+    return calls
+
+
+@pytest.mark.parametrize(("policy", "expected"), [
+    ("retain", [(malloc.M_MMAP_THRESHOLD, 2**31 - 1), (malloc.M_TRIM_THRESHOLD, 2**31 - 1)]),
+    ("live", [(malloc.M_MMAP_THRESHOLD, 2**20), (malloc.M_TRIM_THRESHOLD, 128 * 2**10)]),
+    ("system", []),
+])
+def test_each_allocator_sets_its_thresholds(mallopt_calls, policy, expected):
+    assert use_allocator(policy) is bool(expected)
+    assert mallopt_calls == expected
+
+
+def test_retain_freed_memory_is_the_retain_policy(mallopt_calls):
+    assert retain_freed_memory()
+    assert mallopt_calls == [(malloc.M_MMAP_THRESHOLD, 2**31 - 1), (malloc.M_TRIM_THRESHOLD, 2**31 - 1)]
+
+
+@pytest.mark.parametrize("policy", ["retain", "live"])
+def test_the_environment_variable_wins_over_the_key(mallopt_calls, monkeypatch, policy):
+    monkeypatch.setenv(OPT_OUT_VARIABLE, "1")
+    assert not use_allocator(policy)
+    assert mallopt_calls == []
+
+
+def test_an_unknown_allocator_names_the_key(mallopt_calls):
+    with pytest.raises(ValueError, match=r"config key 'allocator' must be one of .*'live'.*got 'jemalloc'"):
+        use_allocator("jemalloc")
+    assert mallopt_calls == []
+
+
+def test_without_mallopt_it_is_a_no_op_said_once(monkeypatch, caplog):
+    monkeypatch.setattr(malloc, "_mallopt", lambda: "platform darwin")
+    monkeypatch.delenv(OPT_OUT_VARIABLE, raising=False)
+    malloc._say_unavailable.cache_clear()
+    with caplog.at_level(logging.INFO, logger="kmipgt"):
+        assert not use_allocator("live") and not use_allocator("live")
+    assert [record.getMessage() for record in caplog.records] == [
+        "no glibc mallopt here (platform darwin): allocator 'live' changes nothing"
+    ]
+
+
+def test_no_mallopt_off_linux(monkeypatch):
+    malloc._mallopt.cache_clear()
+    monkeypatch.setattr(sys, "platform", "darwin")
+    try:
+        assert malloc._mallopt() == "platform darwin"
+    finally:
+        malloc._mallopt.cache_clear()

@@ -1,4 +1,4 @@
-"""Keep freed CPU buffers in the heap (glibc), so large tensors do not fault in fresh pages every step.
+"""glibc heap policy for large CPU tensors: the config key ``allocator``, applied with ``mallopt``.
 
 glibc serves every allocation above its mmap threshold (at most 32 MiB, adjusted dynamically) with fresh
 ``mmap`` pages that are zeroed on first touch and unmapped on free. Past that size every temporary tensor
@@ -7,38 +7,98 @@ buffers cross the threshold: unmasked linear attention over 4 heads x 16 channel
 N = 262,144 against 0.075 s at 65,536 (x6.6 for x4 the work) with the default policy, and 0.16 s with
 freed memory kept (one thread, ``kmipgt bench grf``, ``docs/benchmarks.md``). PyTorch's CPU tuning
 guide recommends a caching allocator (jemalloc, tcmalloc) for the same reason; this is the
-dependency-free equivalent.
+dependency-free equivalent. Keeping freed memory costs resident memory where buffers of different sizes
+interleave (activation checkpointing on large graphs, ``docs/scaling.md``), hence three policies:
+
+- ``retain``: mmap and trim thresholds at 2 GiB, freed buffers stay in the heap for reuse (the default);
+- ``system``: glibc's own defaults (and its ``MALLOC_*`` environment variables), nothing set;
+- ``live``: mmap threshold 1 MiB, trim threshold glibc's 128 KiB, so every buffer above 1 MiB is mapped
+  on allocation and returned on free and the resident set follows live memory (what
+  ``MALLOC_MMAP_THRESHOLD_=1048576`` gives).
+
+The environment variable ``KMIPGT_SYSTEM_MALLOC`` (any non-empty value) wins over the key: nothing is set,
+as ``system``, so commands written before the key existed keep their meaning.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
+import logging
 import os
 import sys
+from collections.abc import Callable
 
-__all__ = ["OPT_OUT_VARIABLE", "retain_freed_memory"]
+__all__ = ["ALLOCATORS", "OPT_OUT_VARIABLE", "check_allocator", "retain_freed_memory", "use_allocator"]
 
+ALLOCATORS = ("retain", "system", "live")
 OPT_OUT_VARIABLE = "KMIPGT_SYSTEM_MALLOC"
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_THRESHOLD = -3
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
 # mallopt takes a C int: the largest thresholds it can express.
 _LARGEST = 2**31 - 1
+# glibc's DEFAULT_TRIM_THRESHOLD; ``live`` restates it so it holds whatever was set before.
+_GLIBC_TRIM = 128 * 2**10
+# (mmap threshold, trim threshold) per policy; ``system`` sets nothing.
+THRESHOLDS = {"retain": (_LARGEST, _LARGEST), "live": (2**20, _GLIBC_TRIM)}
+
+_log = logging.getLogger(__name__)
+
+
+def check_allocator(policy: str) -> None:
+    """ValueError naming the config key unless ``policy`` is one of :data:`ALLOCATORS`."""
+    if policy not in ALLOCATORS:
+        raise ValueError(f"config key 'allocator' must be one of {ALLOCATORS}, got {policy!r}")
+
+
+@functools.cache
+def _mallopt() -> Callable[[int, int], int] | str:
+    """glibc's ``mallopt``, or why there is none (off Linux, or a C library without it)."""
+    if sys.platform != "linux":
+        return f"platform {sys.platform}"
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError) as error:
+        return str(error)
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return mallopt
+
+
+@functools.cache
+def _say_unavailable(policy: str, reason: str) -> None:
+    """Once per process and policy; ``retain`` quietly, as every command asks for it without a config."""
+    level = logging.DEBUG if policy == "retain" else logging.INFO
+    _log.log(level, "no glibc mallopt here (%s): allocator %r changes nothing", reason, policy)
+
+
+def use_allocator(policy: str) -> bool:
+    """Apply ``policy`` (``retain``, ``system`` or ``live``); ``True`` if glibc accepted its thresholds.
+
+    Call it before the large tensors are built: the thresholds govern later allocations only, and glibc's
+    dynamic threshold, once fixed by ``mallopt``, cannot be restored, so ``system`` after another policy
+    keeps that policy. ``False`` (nothing set) for ``system``, where ``KMIPGT_SYSTEM_MALLOC`` is set, and
+    off glibc.
+    """
+    check_allocator(policy)
+    if os.environ.get(OPT_OUT_VARIABLE):
+        if policy != "system":
+            _log.debug("%s is set: glibc's default allocator, not allocator %r", OPT_OUT_VARIABLE, policy)
+        return False
+    if policy == "system":
+        return False
+    mallopt = _mallopt()
+    if isinstance(mallopt, str):
+        _say_unavailable(policy, mallopt)
+        return False
+    mmap_threshold, trim_threshold = THRESHOLDS[policy]
+    return bool(mallopt(M_MMAP_THRESHOLD, mmap_threshold)) and bool(mallopt(M_TRIM_THRESHOLD, trim_threshold))
 
 
 def retain_freed_memory() -> bool:
-    """Raise glibc's mmap and trim thresholds to 2 GiB; ``True`` if glibc accepted both.
+    """:func:`use_allocator` ``("retain")``: the policy of commands that read no config (benchmarks, data).
 
     A freed buffer is reused by later allocations instead of returned to the kernel, so the resident set
     no longer shrinks after a peak, and fragmentation can raise the peak itself (by up to 25 % in the GRF
-    benchmark). A no-op (``False``) off Linux, on a C
-    library without ``mallopt`` and when the environment variable ``KMIPGT_SYSTEM_MALLOC`` is set.
+    benchmark).
     """
-    if sys.platform != "linux" or os.environ.get(OPT_OUT_VARIABLE):
-        return False
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return bool(mallopt(_M_MMAP_THRESHOLD, _LARGEST)) and bool(mallopt(_M_TRIM_THRESHOLD, _LARGEST))
+    return use_allocator("retain")

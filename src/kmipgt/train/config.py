@@ -150,6 +150,10 @@ class Config:
     (:mod:`kmipgt.train.branches`).
     ``tensorboard``: also write each epoch's ``log.csv`` values as TensorBoard scalars to
     ``out_dir/tensorboard/`` (extra ``kmipgt[tensorboard]``; :mod:`kmipgt.train.tensorboard`).
+    ``allocator``: glibc's heap policy for the process, applied by the ``kmipgt`` commands before the data
+    and model are built (:mod:`kmipgt.malloc`): ``retain`` (freed buffers kept for reuse), ``system``
+    (glibc's defaults) or ``live`` (buffers above 1 MiB returned on free); the environment variable
+    ``KMIPGT_SYSTEM_MALLOC`` wins over it.
     """
 
     data: DataConfig = field(default_factory=DataConfig)
@@ -162,6 +166,7 @@ class Config:
     threads: int | None = None
     log_branches: bool = False
     tensorboard: bool = False
+    allocator: str = "retain"
     out_dir: str = "runs/default"
 
 
@@ -236,6 +241,10 @@ def config_to_dict(config: Config) -> dict:
     return dataclasses.asdict(config)
 
 
+# Keys that do not change what a run computes (config_differences).
+_NOT_COMPARED = frozenset({"allocator"})
+
+
 def _dotted(tree: dict) -> dict[str, Any]:
     """Every key of a :func:`config_to_dict` tree, defaults filled in, by dotted name (``model.k``).
 
@@ -257,7 +266,8 @@ def config_differences(saved: dict, current: dict) -> list[str]:
 
     ``out_dir`` is compared as a resolved path: ``runs/x`` and ``./runs/x/`` are the same run. Keys that
     ``saved`` lacks (it was written before they existed) count as their defaults, which reproduce what
-    the run did then.
+    the run did then. ``allocator`` is not compared: it changes memory and speed, not results, so a run
+    may be resumed under another one (a run saved before the key existed counts as ``retain``).
     """
     saved, current = _dotted(saved), _dotted(current)
-    return sorted(key for key in saved if saved[key] != current[key])
+    return sorted(key for key in saved if key not in _NOT_COMPARED and saved[key] != current[key])

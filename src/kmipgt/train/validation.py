@@ -15,6 +15,7 @@ from kmipgt.data import list_datasets
 from kmipgt.distributed.graph_model import PARTITIONED_ATTENTION_KINDS, PARTITIONED_LOCAL_KINDS
 from kmipgt.distributed.launch import STRATEGIES
 from kmipgt.distributed.partition import PARTITIONS
+from kmipgt.malloc import ALLOCATORS
 from kmipgt.nn.attention import ATTENTION_KINDS
 from kmipgt.nn.gps_layer import LOCAL_KINDS, NORM_KINDS
 from kmipgt.nn.model import ATTENTION_QK, POOLINGS, TASKS
@@ -151,6 +152,7 @@ def validate_config(config: Config) -> None:
     _check_optim(config)
     _check_distributed(config)
     _at_least("threads", config.threads, 1, optional=True)
+    _one_of("allocator", config.allocator, ALLOCATORS)
     if config.tensorboard:
         require_tensorboard()
     _check_device(config.device)

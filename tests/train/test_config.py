@@ -1,0 +1,32 @@
+"""The config key ``allocator``: read, validated, and not compared when a run is resumed."""
+
+import pytest
+
+from kmipgt.malloc import ALLOCATORS
+from kmipgt.train import load_config
+from kmipgt.train.config import config_differences, config_to_dict
+from kmipgt.train.validation import validate_config
+
+
+def test_allocator_defaults_to_retain_and_reads_every_policy():
+    assert load_config().allocator == "retain"
+    assert [load_config(None, [f"allocator={policy}"]).allocator for policy in ALLOCATORS] == list(ALLOCATORS)
+    for policy in ALLOCATORS:
+        validate_config(load_config(None, [f"allocator={policy}"]))
+
+
+def test_an_unknown_allocator_is_a_validation_error_naming_the_key():
+    with pytest.raises(ValueError, match=r"config key 'allocator' must be one of .*got 'jemalloc'"):
+        validate_config(load_config(None, ["allocator=jemalloc"]))
+    with pytest.raises(TypeError, match="'allocator'"):
+        load_config(None, ["allocator=1"])
+
+
+def test_a_run_resumes_under_another_allocator():
+    # Memory and speed change, results do not; a run saved before the key existed counts as `retain`.
+    saved = config_to_dict(load_config(None, ["model.k=8"]))
+    del saved["allocator"]
+    assert config_differences(saved, config_to_dict(load_config(None, ["model.k=8", "allocator=live"]))) == []
+    assert config_differences(saved, config_to_dict(load_config(None, ["model.k=4", "allocator=live"]))) == [
+        "model.k"
+    ]
