@@ -12,7 +12,7 @@ import traceback
 from pathlib import Path
 
 from kmipgt.logs import configure_logging
-from kmipgt.malloc import retain_freed_memory
+from kmipgt.malloc import ALLOCATORS, retain_freed_memory, use_allocator
 
 # Exit status of a bad command line, option, config or input file; anything else that fails exits 1.
 USAGE_ERROR = 2
@@ -56,6 +56,16 @@ def _config_from_args(config_class, args: argparse.Namespace, **values):
 
     options = {f.name: getattr(args, f.name) for f in fields(config_class) if hasattr(args, f.name)}
     return config_class(**{**options, **values})
+
+
+def _use_run_allocator(run_dir: Path, overrides: list[str] | tuple[str, ...] = ()) -> None:
+    """Apply the ``allocator`` of a run's saved config before the run's data are loaded (a directory
+    without ``config.yaml`` is left to the loader's own error)."""
+    from kmipgt.train import load_config
+
+    path = Path(run_dir) / "config.yaml"
+    if path.is_file():
+        use_allocator(load_config(path, overrides).allocator)
 
 
 def _csv(kind):
@@ -189,6 +199,7 @@ def _approx_inputs(args: argparse.Namespace):
     from kmipgt.bench.approx import k_grid
     from kmipgt.train import load_run, split_graph
 
+    _use_run_allocator(args.run_dir)
     trainer = load_run(args.run_dir, args.checkpoint)
     kmip_layers(trainer.model)
     part = split_graph(trainer, args.split, args.graph)
@@ -239,7 +250,7 @@ def _add_bench_approx(bench: argparse._SubParsersAction) -> None:
     parser.add_argument("--save-tokens", action="store_true", help="also save q/k/v of every layer")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default RUN_DIR/approx)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
-    parser.set_defaults(handler=_bench_approx)
+    parser.set_defaults(handler=_bench_approx, config_allocator=True)
 
 
 def _loader_option(text: str) -> tuple[str, object]:
@@ -356,6 +367,7 @@ def _train(args: argparse.Namespace) -> int:
     from kmipgt.train import load_config, train
 
     config = load_config(args.config, [*args.overrides, *(["tensorboard=true"] if args.tensorboard else [])])
+    use_allocator(config.allocator)
     metrics = train(
         config,
         resume=args.resume,
@@ -375,6 +387,7 @@ def _eval(args: argparse.Namespace) -> int:
 
     from kmipgt.train import evaluate_run
 
+    _use_run_allocator(args.run_dir, args.overrides)
     metrics = evaluate_run(args.run_dir, args.checkpoint, args.overrides, save_tokens=args.save_tokens)
     print(json.dumps(metrics, indent=2))
     return 0
@@ -422,7 +435,7 @@ def _add_train_eval(commands: argparse._SubParsersAction) -> None:
         action="store_true",
         help="also write scalars to out_dir/tensorboard (extra: tensorboard)",
     )
-    train.set_defaults(handler=_train)
+    train.set_defaults(handler=_train, config_allocator=True)
     evaluate = commands.add_parser("eval", help="evaluate a trained run on every split")
     evaluate.add_argument("run_dir", type=Path, help="run directory written by kmipgt train")
     evaluate.add_argument("--checkpoint", choices=("best", "last"), default="best")
@@ -432,7 +445,7 @@ def _add_train_eval(commands: argparse._SubParsersAction) -> None:
         action="store_true",
         help="also save the first attention layer's query/key tokens to out_dir/tokens.pt",
     )
-    evaluate.set_defaults(handler=_eval)
+    evaluate.set_defaults(handler=_eval, config_allocator=True)
 
 
 def _sweep(args: argparse.Namespace) -> int:
@@ -517,7 +530,9 @@ def _bench_memory(args: argparse.Namespace) -> int:
     from kmipgt.train.memory import memory_breakdown
     from kmipgt.train.report import write_json
 
-    result = memory_breakdown(load_config(args.config, args.overrides))
+    config = load_config(args.config, args.overrides)
+    use_allocator(config.allocator)
+    result = memory_breakdown(config)
     for view in ("state_mib", "saved_mib"):
         for name, mib in result[view].items():
             print(f"{view[:-4]:>6}  {name:<48} {mib:10.1f} MiB")
@@ -536,7 +551,7 @@ def _add_bench_memory(bench: argparse._SubParsersAction) -> None:
     parser.add_argument("--config", required=True, help="a node-level run config (path or shipped name)")
     _add_overrides(parser, "data.options.num_nodes=100000")
     parser.add_argument("--out", type=Path, default=None, help="also write the result to this JSON file")
-    parser.set_defaults(handler=_bench_memory)
+    parser.set_defaults(handler=_bench_memory, config_allocator=True)
 
 
 def _bench_train(args: argparse.Namespace) -> int:
@@ -547,7 +562,7 @@ def _bench_train(args: argparse.Namespace) -> int:
     config = TrainBenchConfig(
         n_values=n_values, methods=args.methods, config=args.config, epochs=args.epochs,
         threads=args.threads, time_budget=args.time_budget, memory_budget_gb=args.memory_budget_gb,
-        overrides=args.overrides,
+        allocator=args.allocator, overrides=args.overrides,
         **({} if args.edges_per_node is None else {"edges_per_node": args.edges_per_node}),
     )
     result = run_train_benchmark(config, args.out)
@@ -576,6 +591,8 @@ def _add_bench_train(bench: argparse._SubParsersAction) -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--time-budget", type=float, default=3600.0, help="seconds per point")
     parser.add_argument("--memory-budget-gb", type=float, default=16.0, help="peak RSS per point")
+    parser.add_argument("--allocator", choices=ALLOCATORS, default="live",
+                        help="config key `allocator` of every point (heap policy, kmipgt.malloc)")
     _add_overrides(parser, "model.num_layers=4")
     parser.add_argument("--out", type=Path, default=Path("bench-out/train"), help="folder of train.json/.png")
     parser.set_defaults(handler=_bench_train)
@@ -590,6 +607,7 @@ def _explain_inputs(args: argparse.Namespace):
     from kmipgt.analysis import check_queries, sample_queries, select_layers_heads
     from kmipgt.train import load_run, split_graph
 
+    _use_run_allocator(args.run_dir)
     trainer = load_run(args.run_dir, args.checkpoint)
     select_layers_heads(trainer.model, args.layer, args.head)
     part = split_graph(trainer, args.split, args.graph)
@@ -637,6 +655,7 @@ def _analysis_probe(args: argparse.Namespace) -> int:
     from kmipgt.train.datasets import node_coords, prepare_data
 
     config = load_config(args.config, args.overrides)
+    use_allocator(config.allocator)
     if config.task.level != "node":
         print(
             f"kmipgt: error: the probe needs a node-level task, got task.level={config.task.level!r}",
@@ -694,7 +713,7 @@ def _add_analysis(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--checkpoint", choices=("best", "last"), default="best")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default RUN_DIR/explain)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    parser.set_defaults(handler=_analysis_explain)
+    parser.set_defaults(handler=_analysis_explain, config_allocator=True)
     probe = analysis.add_parser(
         "probe", help="linear probe: label signal in hop neighbourhoods vs spatial neighbourhoods"
     )
@@ -705,7 +724,7 @@ def _add_analysis(commands: argparse._SubParsersAction) -> None:
         "--spatial", type=_csv(int), default=[16, 64, 256, 1024], help="spatial neighbourhood sizes"
     )
     probe.add_argument("--out", type=Path, default=None, help="also write the rows as JSON here")
-    probe.set_defaults(handler=_analysis_probe)
+    probe.set_defaults(handler=_analysis_probe, config_allocator=True)
     wl = analysis.add_parser(
         "wl", help="S-SEG-WL test: can GraphGPS with this structural encoding tell two graphs apart?"
     )
@@ -768,7 +787,10 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command; an error prints ``kmipgt: error: <one line>`` and returns 2 (input) or 1 (runtime)."""
     args = build_parser().parse_args(argv)
     configure_logging(logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO)
-    retain_freed_memory()
+    # Commands that read a config apply its `allocator` once it is loaded: glibc's own policy cannot be
+    # restored after mallopt, so nothing may be set before. The others keep freed memory.
+    if not getattr(args, "config_allocator", False):
+        retain_freed_memory()
     try:
         return args.handler(args)
     except BrokenPipeError:

@@ -13,6 +13,8 @@ def test_london_size_and_the_issue_settings():
     assert (m.num_layers, m.channels, m.heads, m.k) == (8, 64, 4, 16)
     assert (m.local, m.attention) == ("gatedgcn", "kmip")
     assert m.attention_options == {"backend": "ivf", "recall": 0.95} and m.checkpoint
+    # glibc's default allocator, as the London runs in docs/scaling.md were measured (KMIPGT_SYSTEM_MALLOC=1)
+    assert config.allocator == "system"
 
 
 def test_trains_on_a_tiny_city_with_the_same_settings(tmp_path):

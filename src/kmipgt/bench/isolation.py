@@ -4,7 +4,7 @@ Peak RSS (``ru_maxrss``) is a process-wide high-water mark, so a point measured 
 would inherit every earlier point's peak. Each point therefore runs in its own interpreter; the child
 records ``ru_maxrss`` after its imports (the baseline) and again at the end, and reports the difference.
 On CUDA the allocator's peak is reset and read instead. The child keeps freed memory in its heap
-(:func:`kmipgt.malloc.retain_freed_memory`) like the ``kmipgt`` command itself.
+(:func:`kmipgt.malloc.retain_freed_memory`) like the ``kmipgt`` commands that read no config.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def _child(target: str, params: dict) -> dict:
 
 
 if __name__ == "__main__":
-    # As in the `kmipgt` command every benchmark is launched from (set KMIPGT_SYSTEM_MALLOC to compare).
+    # As in the `kmipgt bench` command that launched it (set KMIPGT_SYSTEM_MALLOC to compare).
     retain_freed_memory()
     outcome = _child(sys.argv[1], json.loads(sys.argv[2]))
     print(_RESULT_TAG + json.dumps(outcome), flush=True)

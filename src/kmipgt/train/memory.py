@@ -9,9 +9,10 @@ Three views of the same step (forward, backward, optimiser step, then an evaluat
   each storage counted once. With ``model.checkpoint`` the layers' saves happen inside the checkpoint and
   are recomputed one layer at a time in backward, so they do not show here; the layer inputs it keeps
   instead are reported as ``checkpointed layer inputs``;
-- **rss**: the process's resident set sampled every 5 ms, its peak per phase. Run it with
-  ``KMIPGT_SYSTEM_MALLOC=1 MALLOC_MMAP_THRESHOLD_=1048576`` to see live memory: every buffer above 1 MiB
-  is then mapped on allocation and unmapped on free, so freed memory leaves the resident set at once.
+- **rss**: the process's resident set sampled every 5 ms, its peak per phase. Run it with the config key
+  ``allocator: live`` (``kmipgt bench memory --set allocator=live``) to see live memory: every buffer
+  above 1 MiB is then mapped on allocation and unmapped on free, so freed memory leaves the resident set
+  at once.
 """
 
 from __future__ import annotations
