@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from kmipgt.bench.train import TrainBenchConfig, fitted_slopes, run_train_benchmark
+from kmipgt.bench.train import TrainBenchConfig, _train_args, fitted_slopes, run_train_benchmark
 from kmipgt.cli import main
 
 # Two tiny GPS layers: each point is a few seconds, most of them the interpreter start.
@@ -37,11 +37,21 @@ def test_a_point_predicted_over_the_memory_budget_is_skipped(tmp_path):
 
 @pytest.mark.parametrize(("kwargs", "match"), [
     ({"n_values": [10]}, "n_values"), ({"n_values": [100], "methods": ["flash"]}, "unknown methods"),
-    ({"n_values": [100], "epochs": 0}, "positive"),
+    ({"n_values": [100], "epochs": 0}, "positive"), ({"n_values": [100], "allocator": "tc"}, "'allocator'"),
 ])
 def test_bad_configs(kwargs, match):
     with pytest.raises(ValueError, match=match):
         TrainBenchConfig(**kwargs)
+
+
+@pytest.mark.parametrize(("kwargs", "policy"), [({}, "live"), ({"allocator": "system"}, "system")])
+def test_each_point_gets_the_allocator_as_a_config_key(tmp_path, kwargs, policy):
+    # Passed on the child's command line, not through environment variables; the user's --set still wins.
+    args = _train_args(TrainBenchConfig(n_values=[100], **kwargs), "none", 100, tmp_path)
+    assert args[args.index(f"allocator={policy}") - 1] == "--set"
+    config = TrainBenchConfig(n_values=[100], overrides=["allocator=retain"])
+    args = _train_args(config, "none", 100, tmp_path)
+    assert args.index("allocator=retain") > args.index("allocator=live")
 
 
 def test_cli(tmp_path, capsys):

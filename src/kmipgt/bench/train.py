@@ -3,6 +3,9 @@
 Each point trains a config (by default ``synthetic_london``: GPS + k-MIP, checkpointing) on a synthetic
 city of N nodes for ``epochs`` epochs, evaluating only after the last, so the first epoch's seconds are
 one training step alone (forward, backward, optimiser). Peak RSS is the run's own (its ``metrics.json``).
+Every point runs under the same heap policy, the config key ``allocator`` passed to it (default ``live``:
+the resident set follows live memory at every N, where one config's own setting may suit only some N;
+``docs/scaling.md``, "Allocator").
 The ``kmipgt train`` command runs as a subprocess rather than an import: the benchmarks sit below the
 trainer in the package layers, and a fresh process per point keeps the peaks apart.
 """
@@ -22,6 +25,7 @@ from tqdm import tqdm
 
 from kmipgt.bench.common import bench_result, write_result
 from kmipgt.logs import quiet
+from kmipgt.malloc import check_allocator
 
 __all__ = ["METHODS", "TrainBenchConfig", "fitted_slopes", "run_train_benchmark"]
 
@@ -40,7 +44,8 @@ LONDON_EDGES_PER_NODE = 756502 / 568795
 
 @dataclass(kw_only=True)
 class TrainBenchConfig:
-    """What ``kmipgt bench train`` measures: ``methods`` at every N of ``n_values`` (sorted)."""
+    """What ``kmipgt bench train`` measures: ``methods`` at every N of ``n_values`` (sorted), each point's
+    ``kmipgt train`` run under ``allocator`` (:mod:`kmipgt.malloc`)."""
 
     n_values: list[int]
     methods: list[str] = field(default_factory=lambda: ["none", "kmip_ivf"])
@@ -50,6 +55,7 @@ class TrainBenchConfig:
     threads: int = 1
     time_budget: float = 3600.0
     memory_budget_gb: float = 16.0
+    allocator: str = "live"
     overrides: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -61,6 +67,7 @@ class TrainBenchConfig:
             raise ValueError(f"unknown methods {unknown}; known: {', '.join(METHODS)}")
         if self.epochs < 1 or self.threads < 1 or self.time_budget <= 0 or self.memory_budget_gb <= 0:
             raise ValueError("`epochs`, `threads`, `time_budget` and `memory_budget_gb` must be positive")
+        check_allocator(self.allocator)
 
 
 def _over_budget(previous: dict | None, method: str, n: int, config: TrainBenchConfig) -> str | None:
@@ -84,7 +91,8 @@ def _train_args(config: TrainBenchConfig, method: str, n: int, out_dir: Path) ->
     options = f"{{num_nodes: {n}, seed: 0" + (f", num_edges: {edges}}}" if edges else "}")
     settings = [
         f"data.options={options}", f"optim.epochs={config.epochs}", f"optim.eval_every={config.epochs}",
-        f"threads={config.threads}", f"out_dir={out_dir}", *METHODS[method], *config.overrides,
+        f"threads={config.threads}", f"allocator={config.allocator}", f"out_dir={out_dir}", *METHODS[method],
+        *config.overrides,
     ]
     command = [sys.executable, "-m", "kmipgt", "train", "--config", config.config, "--overwrite"]
     return [*command, "--no-progress", *(part for setting in settings for part in ("--set", setting))]
