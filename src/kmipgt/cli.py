@@ -58,14 +58,21 @@ def _config_from_args(config_class, args: argparse.Namespace, **values):
     return config_class(**{**options, **values})
 
 
+def _load_config(path, overrides: list[str] | tuple[str, ...] = ()):
+    """The run config at ``path`` with ``overrides``, its ``allocator`` applied before any data are built."""
+    from kmipgt.train import load_config
+
+    config = load_config(path, overrides)
+    use_allocator(config.allocator)
+    return config
+
+
 def _use_run_allocator(run_dir: Path, overrides: list[str] | tuple[str, ...] = ()) -> None:
     """Apply the ``allocator`` of a run's saved config before the run's data are loaded (a directory
     without ``config.yaml`` is left to the loader's own error)."""
-    from kmipgt.train import load_config
-
     path = Path(run_dir) / "config.yaml"
     if path.is_file():
-        use_allocator(load_config(path, overrides).allocator)
+        _load_config(path, overrides)
 
 
 def _csv(kind):
@@ -364,10 +371,9 @@ def _add_data(commands: argparse._SubParsersAction) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from kmipgt.train import load_config, train
+    from kmipgt.train import train
 
-    config = load_config(args.config, [*args.overrides, *(["tensorboard=true"] if args.tensorboard else [])])
-    use_allocator(config.allocator)
+    config = _load_config(args.config, [*args.overrides, *(["tensorboard=true"] if args.tensorboard else [])])
     metrics = train(
         config,
         resume=args.resume,
@@ -526,13 +532,10 @@ def _add_bench_grf(bench: argparse._SubParsersAction) -> None:
 
 
 def _bench_memory(args: argparse.Namespace) -> int:
-    from kmipgt.train import load_config
     from kmipgt.train.memory import memory_breakdown
     from kmipgt.train.report import write_json
 
-    config = load_config(args.config, args.overrides)
-    use_allocator(config.allocator)
-    result = memory_breakdown(config)
+    result = memory_breakdown(_load_config(args.config, args.overrides))
     for view in ("state_mib", "saved_mib"):
         for name, mib in result[view].items():
             print(f"{view[:-4]:>6}  {name:<48} {mib:10.1f} MiB")
@@ -651,11 +654,9 @@ def _analysis_explain(args: argparse.Namespace) -> int:
 
 def _analysis_probe(args: argparse.Namespace) -> int:
     from kmipgt.analysis import neighbourhood_probe
-    from kmipgt.train.config import load_config
     from kmipgt.train.datasets import node_coords, prepare_data
 
-    config = load_config(args.config, args.overrides)
-    use_allocator(config.allocator)
+    config = _load_config(args.config, args.overrides)
     if config.task.level != "node":
         print(
             f"kmipgt: error: the probe needs a node-level task, got task.level={config.task.level!r}",
