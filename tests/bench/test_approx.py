@@ -205,3 +205,14 @@ def test_cli_on_a_trained_synthetic_city(tmp_path, capsys, monkeypatch):
         assert code == 2, args
         assert printed.err.startswith("kmipgt: error: ") and named in printed.err, printed.err
         assert printed.err.count("\n") == 1 and not bad_out.exists()
+
+
+@pytest.mark.cuda
+def test_curves_on_a_gpu_equal_the_cpu_curves():
+    query, key, value = (t.float() for t in _tokens(num_nodes=300, seed=3))
+    ks = [1, 7, 300]
+    on_cpu = approx.approximation_curves(query, key, value, ks)
+    on_gpu = approx.approximation_curves(query.cuda(), key.cuda(), value.cuda(), ks)
+    for name in ("error", "mass", "overlap"):
+        assert on_gpu[name].device.type == "cpu"
+        torch.testing.assert_close(on_gpu[name], on_cpu[name], rtol=1e-4, atol=1e-6)

@@ -100,7 +100,8 @@ def approximation_curves(
         scale: logit scale, default ``1/sqrt(d)`` (what the layers use).
 
     Returns:
-        ``{"error", "mass", "overlap"}``, each ``[len(ks), H]`` float64, rows by increasing k.
+        ``{"error", "mass", "overlap"}``, each ``[len(ks), H]`` float64 on the CPU (the dense pass runs
+        on the tokens' device), rows by increasing k.
     """
     num_nodes, heads, dim = query.shape
     ks = k_grid(num_nodes, ks)
@@ -143,12 +144,13 @@ def _block_curves(
     largest = logits >= kth
     selected = largest if index is None else _index_mask(index, logits.shape[-1])
     approx = torch.matmul(torch.softmax(logits.masked_fill(~selected, float("-inf")), dim=-1), values)
-    return {
+    sums = {
         "error_sq": (approx - full).double().square().sum((1, 2)),
         "norm_sq": full.double().square().sum((1, 2)),
         "mass": (weights * selected).double().sum(-1).sum(-1),
         "overlap": (selected & largest).double().sum(-1).sum(-1) / k,
     }
+    return {name: value.cpu() for name, value in sums.items()}
 
 
 def _index_mask(index: Tensor, num_keys: int) -> Tensor:
@@ -191,10 +193,13 @@ def full_attention_swap(model: torch.nn.Module) -> Iterator[None]:
             model.layers[number].attention = module
 
 
-def _token_records(tokens: list[LayerTokens], ks: list[int], progress: bool) -> list[dict[str, Any]]:
+def _token_records(
+    tokens: list[LayerTokens], ks: list[int], device: torch.device, progress: bool
+) -> list[dict[str, Any]]:
     records = []
     for entry in tqdm(tokens, desc="bench approx: layers", disable=not progress or quiet(), file=sys.stderr):
-        curves = approximation_curves(entry.query, entry.key, entry.value, ks, backend=entry.backend)
+        query, key, value = (t.to(device) for t in (entry.query, entry.key, entry.value))
+        curves = approximation_curves(query, key, value, ks, backend=entry.backend)
         for head in range(entry.query.shape[1]):
             for row, k in enumerate(ks):
                 overlap = float(curves["overlap"][row, head])
@@ -251,7 +256,9 @@ def run_approx_benchmark(
     modules = kmip_layers(model)
     ks = k_grid(graph.num_nodes, ks)
     tokens = collect_tokens(model, graph)
-    records = _token_records(tokens, ks, progress)
+    # The dense pass costs O(N²) per k, layer and head: it runs where the model does (a GPU if it has one).
+    device = next(model.parameters()).device
+    records = _token_records(tokens, ks, device, progress)
     metric_rows, full = _metric_records(model, evaluate, ks, progress)
     first = next(iter(modules.values()))
     result = {
@@ -261,7 +268,7 @@ def run_approx_benchmark(
         "trained_k": first.k,
         "backend": first.backend,
         "ks": ks,
-        "machine": common.machine_info("cpu"),
+        "machine": common.machine_info(str(device)),
         "records": records,
         "layers": layer_summary(records),
         "metric": {"name": metric, "inference_k": metric_rows, "full_attention": full},
