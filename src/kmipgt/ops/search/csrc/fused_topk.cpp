@@ -62,7 +62,7 @@ struct TopK {
 
   static bool worse(float va, int64_t ia, float vb, int64_t ib) { return va < vb || (va == vb && ia > ib); }
 
-  bool beats(float v, int64_t id) const { return v > threshold || (v == threshold && id < threshold_id); }
+  bool beats(float v, int64_t id) const { return worse(threshold, threshold_id, v, id); }
 
   void insert(float v, int64_t id, int64_t k) {
     if (!heap) {
