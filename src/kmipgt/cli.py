@@ -252,7 +252,9 @@ def _add_bench_approx(bench: argparse._SubParsersAction) -> None:
         "--k", type=_csv(int), default=None, help="comma-separated k grid (default 1, 2, 4, ..., N)"
     )
     parser.add_argument("--split", default="test", help="split whose graph gives the tokens")
-    parser.add_argument("--graph", type=int, default=0, help="graph of the split (graph/edge-level runs)")
+    parser.add_argument("--graph", type=_graph_or_all, default=0,
+                        help="graph of the split (graph/edge-level runs); all: statistics over every graph "
+                             "of a graph-level split")
     parser.add_argument("--checkpoint", choices=("best", "last"), default="best")
     parser.add_argument("--save-tokens", action="store_true", help="also save q/k/v of every layer")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default RUN_DIR/approx)")
@@ -605,15 +607,25 @@ def _layer_or_all(text: str) -> int | None:
     return None if text == "all" else int(text)
 
 
+def _graph_or_all(text: str) -> int | str:
+    return text if text == "all" else int(text)
+
+
 def _explain_inputs(args: argparse.Namespace):
     """Load the run and check every option against it (ValueError/FileNotFoundError naming the value)."""
     from kmipgt.analysis import check_queries, sample_queries, select_layers_heads
     from kmipgt.train import load_run, split_graph
 
+    if args.graph == "all" and args.nodes is not None:
+        raise ValueError("--nodes names queries of one graph; --graph all writes statistics only")
     _use_run_allocator(args.run_dir)
     trainer = load_run(args.run_dir, args.checkpoint)
     select_layers_heads(trainer.model, args.layer, args.head)
-    part = split_graph(trainer, args.split, args.graph)
+    if args.graph == "all" and trainer.task.level != "graph":
+        raise ValueError(f"--graph all needs a graph-level run, this one is {trainer.task.level}-level")
+    part = split_graph(trainer, args.split, 0 if args.graph == "all" else args.graph)
+    if args.graph == "all":
+        return trainer, part, None
     if args.nodes is not None:
         if not args.nodes:
             raise ValueError("--nodes lists no node")
@@ -624,32 +636,61 @@ def _explain_inputs(args: argparse.Namespace):
 
 
 def _analysis_explain(args: argparse.Namespace) -> int:
-    from kmipgt.analysis import explain, undirected_adjacency
-    from kmipgt.analysis.plots import plot_explanation
+    from kmipgt.analysis import explain, explain_graphs, undirected_adjacency
+    from kmipgt.analysis.plots import plot_explanation, plot_stats
     from kmipgt.train.report import write_json
 
     trainer, part, queries = _explain_inputs(args)
-    result = explain(
-        trainer.model,
-        part.graph,
-        part.nodes,
-        queries,
-        k=trainer.config.model.k,
-        labels=part.labels,
-        train_mask=part.train_mask,
-        layer=args.layer,
-        head=args.head,
-        progress=not args.no_progress,
-    )
-    result = {"run": str(args.run_dir), "split": args.split, "dataset": trainer.data.name, **result}
+    options = {"k": trainer.config.model.k, "layer": args.layer, "head": args.head, "seed": args.seed}
+    progress = not args.no_progress
+    if queries is None:
+        batches = trainer.task.eval_batches(args.split)
+        result = explain_graphs(trainer.model, batches, progress=progress, **options)
+    else:
+        result = explain(
+            trainer.model, part.graph, part.nodes, queries, labels=part.labels,
+            train_mask=part.train_mask, progress=progress, **options,
+        )
+    graph = "all" if queries is None else args.graph
+    result = {"run": str(args.run_dir), "split": args.split, "graph": graph, "dataset": trainer.data.name,
+              **result}
     out = args.out if args.out is not None else args.run_dir / "explain"
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "explain.json", result)
-    coords = None if part.coords is None else part.coords.double().cpu().numpy()
-    adjacency = undirected_adjacency(part.graph.edge_index, part.graph.num_nodes)
-    paths = plot_explanation(out, result, adjacency, coords)
+    if queries is None:
+        plot_stats(out / "explain_stats.png", result)
+        paths = [out / "explain_stats.png"]
+    else:
+        coords = None if part.coords is None else part.coords.double().cpu().numpy()
+        adjacency = undirected_adjacency(part.graph.edge_index, part.graph.num_nodes)
+        paths = plot_explanation(out, result, adjacency, coords)
+    _print_explain_summary(result, trainer.config.model)
     print(f"wrote {out / 'explain.json'} and {', '.join(path.name for path in paths)}")
     return 0
+
+
+def _print_explain_summary(result: dict, model) -> None:
+    """A markdown table: per layer (mean and range over heads) and per reference."""
+    from kmipgt.analysis import summary_rows
+
+    # Beyond this many hops no message-passing layer of the model reaches a key.
+    reach = model.num_layers if model.local != "none" else 0
+    graphs = f" in {result['num_graphs']} graphs" if result["num_graphs"] > 1 else ""
+    print(f"{result['num_queries']} queries{graphs} of split {result['split']!r}, k = {result['k']}; "
+          "mean (min-max over heads)")
+    print(f"| | mean hops | weight beyond {reach} hops | entropy (nats) | distinct keys per graph |")
+    print("|---|---|---|---|---|")
+    for row in summary_rows(result, reach):
+        cells = [_spread_text(row[key]) for key in ("mean_hops", "beyond", "entropy", "distinct_per_graph")]
+        print(f"| {row['name']} | {' | '.join(cells)} |")
+
+
+def _spread_text(spread: tuple[float, float, float] | None) -> str:
+    if spread is None:
+        return "-"
+    mean, low, high = spread
+    number = "{:,.0f}".format if high >= 1000 else "{:.3g}".format
+    return number(mean) if low == high else f"{number(mean)} ({number(low)}-{number(high)})"
 
 
 def _analysis_probe(args: argparse.Namespace) -> int:
@@ -707,7 +748,9 @@ def _add_analysis(commands: argparse._SubParsersAction) -> None:
     chosen.add_argument("--nodes", type=_csv(int), default=None, help="comma-separated query node ids")
     chosen.add_argument("--sample", type=int, default=8, help="random queries of the split")
     parser.add_argument("--split", default="test", help="train, val or test (statistics run over it)")
-    parser.add_argument("--graph", type=int, default=0, help="graph of the split (graph/edge-level runs)")
+    parser.add_argument("--graph", type=_graph_or_all, default=0,
+                        help="graph of the split (graph/edge-level runs); all: statistics over every graph "
+                             "of a graph-level split")
     parser.add_argument("--layer", type=_layer_or_all, default=None, help="all (default) or a layer index")
     parser.add_argument("--head", type=_layer_or_all, default=None, help="all (default) or a head index")
     parser.add_argument("--seed", type=int, default=0, help="seed of --sample")

@@ -11,15 +11,17 @@ import numpy as np
 import pytest
 import torch
 from torch_geometric.data import Data
+from torch_geometric.loader import DataLoader
 
 import kmipgt.analysis.hops as hops_module
-from kmipgt.analysis import attended_keys, explain, hop_distances, undirected_adjacency
+from kmipgt.analysis import attended_keys, explain, explain_graphs, hop_distances, undirected_adjacency
 from kmipgt.cli import main
 from kmipgt.nn import GraphTransformer, KMIPAttention
 from tiny_runs import train_tiny_city
 
 # The module, not the function of the same name that kmipgt.analysis exports.
 explain_module = importlib.import_module("kmipgt.analysis.explain")
+HOP_BINS = explain_module.HOP_CAP + 2
 
 
 def _graph(num_nodes=40, seed=0, classes=3) -> Data:
@@ -216,6 +218,59 @@ def test_statistics_equal_a_direct_computation_from_the_json_rows(monkeypatch):
     assert mpnn["hops_histogram"]["1"] == pytest.approx(1.0)
 
 
+def test_statistics_over_batches_of_graphs_equal_per_graph_computations(monkeypatch):
+    monkeypatch.setattr(explain_module, "_CHUNK", 16)
+    graphs = [_graph(num_nodes=n, seed=n) for n in (23, 31, 12, 40, 18)]
+    model = _model("kmip", heads=2, k=6, num_layers=2)
+    result = explain_graphs(model, DataLoader(graphs, batch_size=2), k=6)
+    assert result["num_graphs"] == 5 and result["num_queries"] == result["num_nodes"] == 124
+    assert [(e["layer"], e["head"]) for e in result["layers"]] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    # Independent reference: each graph alone (attention never crosses graphs), networkx hop counts.
+    per_graph = [attended_keys(model, graph, k=6) for graph in graphs]
+    lengths = [dict(nx.all_pairs_shortest_path_length(nx.Graph(g.edge_index.t().tolist()))) for g in graphs]
+    for entry in result["layers"]:
+        layer, head, stats = entry["layer"], entry["head"], entry["stats"]
+        weighted_hops, histogram, entropy, distinct = [], np.zeros(HOP_BINS), [], 0
+        for selection, hop in zip(per_graph, lengths):
+            index, weight = selection[layer].index[:, head], selection[layer].weight[:, head].double()
+            for q in range(index.shape[0]):
+                for key, w in zip(index[q].tolist(), weight[q].tolist()):
+                    h = hop[q].get(key, -1)
+                    histogram[h if h >= 0 else HOP_BINS - 1] += w
+                    weighted_hops.append((w, h))
+                entropy.append(float(torch.special.entr(weight[q]).sum()))
+            distinct += len(set(index[weight > 0].tolist()))
+        total = histogram.sum()
+        assert list(stats["hops_histogram"].values()) == pytest.approx(histogram / total, abs=1e-9)
+        reachable = [(w, h) for w, h in weighted_hops if h >= 0]
+        mean_hops = sum(w * h for w, h in reachable) / sum(w for w, _ in reachable)
+        assert stats["mean_hops"] == pytest.approx(mean_hops)
+        assert stats["entropy"] == pytest.approx(np.mean(entropy), rel=1e-5)
+        assert stats["distinct_keys"] == distinct
+        assert stats["same_label_rate"] is None and stats["weight_on_train"] is None
+    degree_one = [1.0 for g in lengths for node in g if len(g[node]) > 1]
+    assert result["mpnn_reference"]["mean_hops"] == pytest.approx(np.mean(degree_one))
+
+
+def test_uniform_reference_draws_from_the_query_graph_at_the_analytic_mean_distance():
+    # Paths of n nodes: a uniform pair (self included) lies (n^2 - 1) / (3n) hops apart on average.
+    sizes = [40, 40, 40, 40, 30, 30]
+    graphs = []
+    for n in sizes:
+        path = torch.stack([torch.arange(n - 1), torch.arange(1, n)])
+        graphs.append(Data(x=torch.randn(n, 3), edge_index=path, edge_attr=torch.randn(n - 1, 1)))
+    model = _model("kmip", heads=2, k=16, num_layers=1)
+    result = explain_graphs(model, DataLoader(graphs, batch_size=4), k=16, seed=3)
+    uniform = result["uniform_reference"]
+    expected = sum(n * (n * n - 1) / (3 * n) for n in sizes) / sum(sizes)
+    # 3,520 draws with a spread of about 10 hops: a standard error of 0.17.
+    assert uniform["mean_hops"] == pytest.approx(expected, abs=0.7)
+    assert uniform["hops_histogram"][">64"] == 0.0  # a key of another graph would be unreachable
+    assert uniform["entropy"] == pytest.approx(math.log(16))
+    again = explain_graphs(model, DataLoader(graphs, batch_size=4), k=16, seed=3)["uniform_reference"]
+    assert again == uniform
+
+
 def test_without_node_labels_the_label_figures_are_null():
     # A graph of a graph-level task: no node labels, no training mask; hop figures remain.
     graph = _graph(num_nodes=12, seed=5)
@@ -306,6 +361,8 @@ def test_cli_explains_a_trained_synthetic_city(tmp_path, capsys, monkeypatch):
         ((run, "--head", "4"), "head 4"),
         ((performer,), "'performer'"),
         ((run, "--split", "dev"), "'dev'"),
+        ((run, "--graph", "all"), "graph-level run"),
+        ((run, "--graph", "all", "--nodes", "3"), "--nodes"),
     ]
     for args, named in cases:
         bad_out = tmp_path / "bad"
@@ -313,3 +370,57 @@ def test_cli_explains_a_trained_synthetic_city(tmp_path, capsys, monkeypatch):
         assert code == 2, args
         assert printed.err.startswith("kmipgt: error: ") and named in printed.err, printed.err
         assert printed.err.count("\n") == 1 and not bad_out.exists()
+
+
+def _peptide_copy(root: Path) -> dict[str, list[int]]:
+    """A tiny local LRGB Peptides-func copy (PyG raw layout, path-like molecules); node counts per split."""
+    raw = root / "peptides-func" / "raw"
+    raw.mkdir(parents=True)
+    gen = torch.Generator().manual_seed(0)
+    sizes = {"train": [9, 14, 11, 8, 13, 10, 12, 9], "val": [10, 12], "test": [11, 7, 15, 9, 13]}
+    for split, counts in sizes.items():
+        molecules = []
+        for n in counts:
+            chain = torch.stack([torch.arange(n - 1), torch.arange(1, n)])
+            ring = torch.tensor([[0], [n // 2]])  # one ring closure, so hop counts are not those of a path
+            edge_index = torch.cat([chain, ring], 1)
+            edge_index = torch.cat([edge_index, edge_index.flip(0)], 1)
+            molecules.append((torch.randint(0, 5, (n, 9), generator=gen),
+                              torch.randint(0, 3, (edge_index.size(1), 3), generator=gen),
+                              edge_index, torch.randint(0, 2, (1, 10), generator=gen).float()))
+        torch.save(molecules, raw / f"{split}.pt")
+    return sizes
+
+
+@pytest.mark.slow
+def test_cli_explains_every_graph_of_a_graph_level_split(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(Path(__file__).parents[2])
+    sizes = _peptide_copy(tmp_path / "lrgb")
+    run = tmp_path / "run"
+    code = main([
+        "train", "--no-progress", "--config", "configs/peptides_func.yaml",
+        *("--set", f"data.options.root={tmp_path / 'lrgb'}", "--set", f"out_dir={run}"),
+        *("--set", "model.num_layers=2", "--set", "model.channels=16", "--set", "model.k=3"),
+        *("--set", "optim.epochs=1", "--set", "optim.warmup_epochs=0", "--set", "data.batch_size=2"),
+        *("--set", "threads=1", "--set", "device=cpu"),
+    ])
+    assert code == 0
+    capsys.readouterr()
+    code, printed = _explain_cli(capsys, run, "--graph", "all", "--split", "test")
+    assert code == 0, printed.err
+    result = json.loads((run / "explain" / "explain.json").read_text())
+    assert result["graph"] == "all" and result["k"] == 3
+    assert result["num_graphs"] == 5 and result["num_queries"] == result["num_nodes"] == sum(sizes["test"])
+    explained = [(e["layer"], e["head"]) for e in result["layers"]]
+    assert explained == [(layer, h) for layer in (0, 1) for h in range(4)]
+    for entry in result["layers"]:
+        assert entry["queries"] == [] and entry["stats"]["queries"] == sum(sizes["test"])
+        assert sum(entry["stats"]["hops_histogram"].values()) == pytest.approx(1.0)
+    assert result["uniform_reference"]["hops_histogram"][">64"] == 0.0
+    assert (run / "explain" / "explain_stats.png").stat().st_size > 1000
+    assert not list((run / "explain").glob("explain_layer*.png"))
+    table = printed.out.splitlines()
+    assert table[0].startswith(f"{sum(sizes['test'])} queries in 5 graphs of split 'test', k = 3")
+    assert "weight beyond 2 hops" in table[1]
+    rows = [line.split(" | ")[0] for line in table[3:7]]
+    assert rows == ["| layer 0", "| layer 1", "| uniform keys", "| MPNN 1-hop"]

@@ -13,9 +13,12 @@ from kmipgt.analysis.explain import (
     attention_modules,
     check_queries,
     explain,
+    explain_graphs,
     run_forward,
     sample_queries,
     select_layers_heads,
+    share_beyond,
+    summary_rows,
 )
 from kmipgt.analysis.hops import hop_distances, undirected_adjacency
 from kmipgt.analysis.probe import hop_means, neighbourhood_probe, spatial_means
@@ -32,6 +35,7 @@ __all__ = [
     "check_queries",
     "collect_tokens",
     "explain",
+    "explain_graphs",
     "hop_distances",
     "hop_means",
     "kmip_layers",
@@ -42,6 +46,8 @@ __all__ = [
     "save_tokens",
     "seg_wl",
     "select_layers_heads",
+    "share_beyond",
     "spatial_means",
+    "summary_rows",
     "undirected_adjacency",
 ]

@@ -4,14 +4,15 @@ The keys and weights are the ones the forward pass itself used: every attention 
 weights (:class:`~kmipgt.nn.KMIPAttention`, :class:`~kmipgt.nn.FullAttention`) keeps its last selection
 while ``keep_attention`` is set, and a forward hook hands it on as soon as the layer has run. Only the
 chosen queries' rows are kept (``O(Q·k·layers·heads)``); statistics over every query of a split are
-accumulated chunk by chunk from one layer's selection before the next layer runs.
+accumulated chunk by chunk from one layer's selection before the next layer runs, and over a split of
+many graphs batch by batch (:func:`explain_graphs`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sized
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,9 +35,12 @@ __all__ = [
     "attention_modules",
     "check_queries",
     "explain",
+    "explain_graphs",
     "run_forward",
     "sample_queries",
     "select_layers_heads",
+    "share_beyond",
+    "summary_rows",
 ]
 
 EXPLAINABLE_KINDS = ("kmip", "full")
@@ -160,16 +164,22 @@ class _Accumulator:
     """Weighted sums over the queries seen so far, per head, from which :meth:`stats` are read."""
 
     heads: int
-    num_nodes: int
     histogram: Tensor = field(init=False)
     sums: dict[str, Tensor] = field(init=False)
     received: Tensor = field(init=False)
+    distinct: Tensor = field(init=False)
 
     def __post_init__(self) -> None:
         self.histogram = torch.zeros(self.heads, HOP_CAP + 2, dtype=torch.float64)
         names = ("weight", "hops", "reachable", "train", "same", "entropy", "queries", "mass")
         self.sums = {name: torch.zeros(self.heads, dtype=torch.float64) for name in names}
-        self.received = torch.zeros(self.heads, self.num_nodes, dtype=torch.bool)
+        self.received = torch.zeros(self.heads, 0, dtype=torch.bool)
+        self.distinct = torch.zeros(self.heads, dtype=torch.long)
+
+    def start_graph(self, num_nodes: int) -> None:
+        """Queries of a new (batch of) graph(s) follow: distinct keys so far are counted and reset."""
+        self.distinct += self.received.sum(1)
+        self.received = torch.zeros(self.heads, num_nodes, dtype=torch.bool)
 
     def add(self, sources: Tensor, selection: AttentionSelection, hops: Tensor, context: _Context) -> None:
         """Fold in ``[C]`` queries: selection ``[C, H, k]`` and their key hops ``[C, H, k]`` (-1: > cap)."""
@@ -207,7 +217,7 @@ class _Accumulator:
             "same_label_rate": sums["same"] / total if context.labels is not None and total else None,
             "base_same_label_rate": context.base_same_label_rate,
             "entropy": sums["entropy"] / sums["queries"] if sums["queries"] else None,
-            "distinct_keys": int(self.received[head].sum()),
+            "distinct_keys": int(self.distinct[head] + self.received[head].sum()),
             "queries": int(sums["queries"]),
         }
         if mass:
@@ -217,16 +227,21 @@ class _Accumulator:
 
 @dataclass
 class _Context:
-    """What every statistic needs about the graph: adjacency, labels, training nodes, split nodes."""
+    """What every statistic needs about the graph: adjacency, labels, training nodes, split nodes, and
+    which graph of a batch each node belongs to (``owner`` ``[N]``, ``ptr`` ``[G + 1]`` first nodes)."""
 
     adjacency: sp.csr_matrix
     split_nodes: Tensor
     labels: Tensor | None
     train: Tensor | None
     base_same_label_rate: float | None
+    owner: Tensor
+    ptr: Tensor
 
 
-def _context(graph: Data, split_nodes: Tensor, labels: Tensor | None, train_mask: Tensor | None) -> _Context:
+def _context(
+    graph: Data, split_nodes: Tensor, labels: Tensor | None = None, train_mask: Tensor | None = None
+) -> _Context:
     labels = None if labels is None else labels.cpu()
     base = None
     if labels is not None and split_nodes.numel():
@@ -235,7 +250,11 @@ def _context(graph: Data, split_nodes: Tensor, labels: Tensor | None, train_mask
         base = float(share[labels[split_nodes]].mean())
     train = None if train_mask is None else train_mask.cpu().double()
     adjacency = undirected_adjacency(graph.edge_index, graph.num_nodes)
-    return _Context(adjacency, split_nodes, labels, train, base)
+    owner = graph.get("batch")
+    owner = torch.zeros(graph.num_nodes, dtype=torch.long) if owner is None else owner.cpu()
+    sizes = torch.bincount(owner, minlength=int(owner.max()) + 1 if owner.numel() else 1)
+    ptr = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
+    return _Context(adjacency, split_nodes, labels, train, base, owner, ptr)
 
 
 def _key_hops(context: _Context, sources: Tensor, index: Tensor) -> Tensor:
@@ -248,15 +267,15 @@ def _chunks(nodes: Tensor, size: int = _CHUNK) -> list[Tensor]:
     return list(nodes.split(size)) if nodes.numel() else []
 
 
-def _mpnn_reference(context: _Context) -> dict[str, Any]:
-    """The same statistics for the 1-hop neighbourhood of each split query, with uniform weights."""
+def _add_mpnn_reference(accumulator: _Accumulator, context: _Context) -> None:
+    """Fold in the 1-hop neighbourhood of each split query, with uniform weights."""
     adjacency = context.adjacency
     degree = torch.from_numpy(np.diff(adjacency.indptr))
-    width = max(1, int(degree.max()))
+    width = max(1, int(degree.max())) if degree.numel() else 1
     indptr = torch.from_numpy(adjacency.indptr)
     # A trailing -1 that every slot past a node's degree points at: those slots become padding.
     indices = torch.cat([torch.from_numpy(adjacency.indices), torch.tensor([-1])])
-    accumulator = _Accumulator(1, adjacency.shape[0])
+    accumulator.start_graph(adjacency.shape[0])
     for sources in _chunks(context.split_nodes, max(1, _CHUNK * 16 // width)):
         slots = torch.arange(width)
         valid = slots < degree[sources, None]
@@ -264,7 +283,23 @@ def _mpnn_reference(context: _Context) -> dict[str, Any]:
         weight = (valid / degree[sources, None].clamp(min=1))[:, None, :]
         selection = AttentionSelection(index, weight, weight)
         accumulator.add(sources, selection, _key_hops(context, sources, index), context)
-    return accumulator.stats(0, context)
+
+
+def _add_uniform_reference(
+    accumulator: _Accumulator, context: _Context, k: int, generator: torch.Generator
+) -> None:
+    """Fold in k keys per split query drawn uniformly, with replacement, from the query's own graph
+    (itself included), with weights 1/k: where attention would look if its choice were blind."""
+    accumulator.start_graph(context.adjacency.shape[0])
+    for sources in _chunks(context.split_nodes):
+        graph = context.owner[sources]
+        start, size = context.ptr[graph], context.ptr[graph + 1] - context.ptr[graph]
+        start, size = start[:, None, None], size[:, None, None]
+        draw = torch.rand(sources.numel(), 1, k, generator=generator, dtype=torch.float64)
+        index = start + (draw * size).long().clamp(max=size - 1)
+        weight = torch.full(index.shape, 1.0 / k, dtype=torch.float64)
+        selection = AttentionSelection(index, weight, weight)
+        accumulator.add(sources, selection, _key_hops(context, sources, index), context)
 
 
 def _query_rows(
@@ -309,6 +344,85 @@ def select_layers_heads(
     return chosen[0], chosen[1]
 
 
+class _Explainer:
+    """Statistics of a model's attention over split queries, folded in one graph (or batch) at a time.
+
+    Per explained layer an :class:`_Accumulator` over its heads; one each for the MPNN's 1-hop reference
+    and the uniform reference (``k`` random keys of the query's own graph, drawn with ``seed``).
+    """
+
+    def __init__(
+        self, model: GraphTransformer, k: int, layers: list[int], bar: tqdm | None, seed: int
+    ) -> None:
+        self.model, self.modules, self.layers, self.bar = model, attention_modules(model), layers, bar
+        self.requested_k = self.k = k
+        self.accumulators: dict[int, _Accumulator] = {}
+        self.mpnn, self.uniform = _Accumulator(1), _Accumulator(1)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.num_queries = self.num_graphs = 0
+
+    def observe(
+        self,
+        graph: Data,
+        context: _Context,
+        chosen: Callable[[int, AttentionSelection], None] | None = None,
+    ) -> None:
+        """One forward over ``graph``: fold in each split query; each layer's selection goes to ``chosen``."""
+        chunks = _chunks(context.split_nodes)
+
+        def consume(number: int, selection: AttentionSelection) -> None:
+            if number not in self.layers:
+                return
+            self.k = selection.index.shape[-1]
+            accumulator = self.accumulators.setdefault(number, _Accumulator(selection.index.shape[1]))
+            accumulator.start_graph(graph.num_nodes)
+            for sources in chunks:
+                part = _rows(selection, sources)
+                accumulator.add(sources, part, _key_hops(context, sources, part.index), context)
+                if self.bar is not None:
+                    self.bar.update()
+            if chosen is not None:
+                chosen(number, selection)
+
+        with _streaming(self.modules, self.requested_k, consume):
+            run_forward(self.model, graph)
+        _add_mpnn_reference(self.mpnn, context)
+        _add_uniform_reference(self.uniform, context, self.k, self.generator)
+        self.num_queries += context.split_nodes.numel()
+        self.num_graphs += context.ptr.numel() - 1
+
+    def result(
+        self, context: _Context, num_nodes: int, heads: list[int], queries: dict[tuple[int, int], list]
+    ) -> dict[str, Any]:
+        """The ``explain.json`` content; ``queries`` maps ``(layer, head)`` to its listed query rows."""
+        full = isinstance(self.modules[0], FullAttention)
+        layers = [
+            {
+                "layer": number,
+                "head": h,
+                "queries": queries.get((number, h), []),
+                "stats": self.accumulators[number].stats(h, context, mass=full),
+            }
+            for number in sorted(self.accumulators)
+            for h in heads
+        ]
+        return {
+            "k": self.k,
+            "attention": "full" if full else "kmip",
+            "num_nodes": num_nodes,
+            "num_queries": self.num_queries,
+            "num_graphs": self.num_graphs,
+            "hop_cap": HOP_CAP,
+            "layers": layers,
+            "mpnn_reference": self.mpnn.stats(0, context),
+            "uniform_reference": self.uniform.stats(0, context),
+        }
+
+
+def _bar(progress: bool, total: int | None) -> tqdm:
+    return tqdm(total=total, desc="explain", disable=not (progress and not quiet()), file=sys.stderr)
+
+
 def explain(
     model: GraphTransformer,
     graph: Data,
@@ -321,6 +435,7 @@ def explain(
     layer: int | None = None,
     head: int | None = None,
     progress: bool = False,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """Attended keys of the chosen queries and attention statistics over every query of a split.
 
@@ -330,7 +445,8 @@ def explain(
     weight on training nodes, the weighted same-label rate next to the base rate (a random node of the
     graph sharing the query's label), the mean entropy of the weights (nats), and the number of distinct
     keys with positive weight. ``mpnn_reference`` gives the same figures for each query's 1-hop
-    neighbours with uniform weights.
+    neighbours with uniform weights; ``uniform_reference`` for k keys drawn uniformly from the query's
+    graph (with replacement, with ``seed``), the figures of attention that chooses blindly.
 
     Args:
         model: a trained :class:`~kmipgt.nn.GraphTransformer` with ``kmip`` or ``full`` attention.
@@ -342,50 +458,92 @@ def explain(
         train_mask: ``[N]`` bool, training-labelled nodes, or None.
         layer, head: restrict the output to one layer / head (default: all).
         progress: show a progress bar while streaming the split's queries.
+        seed: seed of the uniform reference's keys.
 
     Returns:
-        ``{"k", "attention", "num_nodes", "num_queries", "hop_cap", "layers": [{"layer", "head",
-        "queries": [...], "stats": {...}}, ...], "mpnn_reference": {...}}`` (the ``explain.json`` shape).
+        ``{"k", "attention", "num_nodes", "num_queries", "num_graphs", "hop_cap", "layers": [{"layer", "head",
+        "queries": [...], "stats": {...}}, ...], "mpnn_reference": {...}, "uniform_reference": {...}}``
+        (the ``explain.json`` shape).
     """
-    modules = attention_modules(model)
     layers, heads = select_layers_heads(model, layer, head)
     queries = check_queries(queries, graph.num_nodes)
     split_nodes = check_queries(split_nodes, graph.num_nodes)
     context = _context(graph, split_nodes, labels, train_mask)
-    chunks = _chunks(split_nodes)
-    entries: dict[tuple[int, int], dict[str, Any]] = {}
-    used_k = [k]
-    show = progress and not quiet()
-    bar = tqdm(total=len(layers) * len(chunks), desc="explain", disable=not show, file=sys.stderr)
+    rows: dict[tuple[int, int], list] = {}
 
-    def consume(number: int, selection: AttentionSelection) -> None:
-        if number not in layers:
-            return
-        used_k[0] = selection.index.shape[-1]
-        accumulator = _Accumulator(selection.index.shape[1], graph.num_nodes)
-        for sources in chunks:
-            part = _rows(selection, sources)
-            accumulator.add(sources, part, _key_hops(context, sources, part.index), context)
-            bar.update()
+    def listed(number: int, selection: AttentionSelection) -> None:
         chosen = _rows(selection, queries)
         hops = _key_hops(context, queries, chosen.index)
         for h in heads:
-            entries[number, h] = {
-                "layer": number,
-                "head": h,
-                "queries": _query_rows(context, queries, chosen, hops, h),
-                "stats": accumulator.stats(h, context, mass=chosen.mass is not None),
-            }
+            rows[number, h] = _query_rows(context, queries, chosen, hops, h)
 
-    with _streaming(modules, k, consume):
-        run_forward(model, graph)
-    bar.close()
-    return {
-        "k": used_k[0],
-        "attention": "full" if isinstance(modules[0], FullAttention) else "kmip",
-        "num_nodes": graph.num_nodes,
-        "num_queries": split_nodes.numel(),
-        "hop_cap": HOP_CAP,
-        "layers": [entries[key] for key in sorted(entries)],
-        "mpnn_reference": _mpnn_reference(context),
-    }
+    with _bar(progress, len(layers) * len(_chunks(split_nodes))) as bar:
+        explainer = _Explainer(model, k, layers, bar, seed)
+        explainer.observe(graph, context, listed)
+    return explainer.result(context, graph.num_nodes, heads, rows)
+
+
+def explain_graphs(
+    model: GraphTransformer,
+    batches: Iterable[Data],
+    *,
+    k: int = 16,
+    layer: int | None = None,
+    head: int | None = None,
+    progress: bool = False,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """:func:`explain`'s statistics over every node of every graph of a graph-level split.
+
+    Each batch (a PyG ``Batch`` of disjoint graphs, as the run's evaluation loader yields them) runs one
+    forward; all its nodes are queries, attention stays within each graph, and the uniform reference draws
+    from the query's own graph. No query is listed, and there are no label figures (graph-level tasks have
+    no node labels). ``num_nodes`` and ``num_graphs`` in the result are totals over the split.
+    """
+    layers, heads = select_layers_heads(model, layer, head)
+    context, num_nodes = None, 0
+    explainer = _Explainer(model, k, layers, None, seed)
+    total = len(batches) if isinstance(batches, Sized) else None
+    with _bar(progress, total) as bar:
+        for graph in batches:
+            context = _context(graph, torch.arange(graph.num_nodes))
+            explainer.observe(graph, context)
+            num_nodes += graph.num_nodes
+            bar.update()
+    if context is None:
+        raise ValueError("the split has no graph to explain")
+    return explainer.result(context, num_nodes, heads, {})
+
+
+def share_beyond(histogram: dict[str, float], hops: int) -> float:
+    """Share of a ``hops_histogram``'s weight farther than ``hops`` (the ``">64"`` bin included)."""
+    return sum(share for label, share in histogram.items() if label == f">{HOP_CAP}" or int(label) > hops)
+
+
+def summary_rows(explanation: dict[str, Any], reach: int) -> list[dict[str, Any]]:
+    """Per explained layer (over its heads: mean, min, max) and per reference: mean hops, the share of
+    weight beyond ``reach`` hops (what the message passing cannot see), the entropy, and the distinct
+    keys per graph (far below the queries per graph: many queries read the same few keys)."""
+    graphs = explanation["num_graphs"]
+    by_layer: dict[int, list[dict[str, Any]]] = {}
+    for entry in explanation["layers"]:
+        by_layer.setdefault(entry["layer"], []).append(entry["stats"])
+    named = [(f"layer {layer}", stats) for layer, stats in sorted(by_layer.items())]
+    named += [
+        ("uniform keys", [explanation["uniform_reference"]]),
+        ("MPNN 1-hop", [explanation["mpnn_reference"]]),
+    ]
+    rows = []
+    for name, stats in named:
+        figures = {
+            "mean_hops": [s["mean_hops"] for s in stats if s["mean_hops"] is not None],
+            "beyond": [share_beyond(s["hops_histogram"], reach) for s in stats],
+            "entropy": [s["entropy"] for s in stats if s["entropy"] is not None],
+            "distinct_per_graph": [s["distinct_keys"] / graphs for s in stats],
+        }
+        rows.append({"name": name, **{key: _spread(values) for key, values in figures.items()}})
+    return rows
+
+
+def _spread(values: list[float]) -> tuple[float, float, float] | None:
+    return (float(np.mean(values)), min(values), max(values)) if values else None

@@ -125,18 +125,23 @@ def _plot_layer(
 
 
 def plot_stats(path: Path, explanation: dict[str, Any]) -> None:
-    """Weight-weighted hop histogram per layer (a line per head) next to the MPNN's 1-hop reference."""
+    """Weight-weighted hop histogram per layer (a line per head) next to the MPNN's 1-hop reference (bars)
+    and the uniform reference (dashed: k keys drawn at random from the query's graph)."""
     by_layer: dict[int, list[dict[str, Any]]] = {}
     for entry in explanation["layers"]:
         by_layer.setdefault(entry["layer"], []).append(entry)
     fig, axes = plt.subplots(1, len(by_layer), figsize=(4.5 * len(by_layer), 3.2), squeeze=False)
     bins = np.arange(HOP_CAP + 2)
     reference = list(explanation["mpnn_reference"]["hops_histogram"].values())
+    uniform = explanation.get("uniform_reference")
     for ax, (layer, entries) in zip(axes[0], sorted(by_layer.items())):
         # Log scale: the MPNN's weight sits in one bin at 1 hop, attention's is spread over dozens.
         ax.set_yscale("log")
         ax.set_ylim(1e-4, 1.5)
         ax.bar(bins, reference, width=1.0, color="0.8", label="MPNN 1-hop")
+        if uniform is not None:
+            shares = list(uniform["hops_histogram"].values())
+            ax.step(bins, shares, where="mid", color="k", linestyle="--", linewidth=1, label="uniform keys")
         for entry in entries:
             ax.step(
                 bins,
