@@ -14,6 +14,7 @@ from kmipgt.data.registry import DATASETS, Dataset, get_dataset, list_datasets, 
 from kmipgt.data.road_graph import add_city_labels, haversine_metres, road_network_data, symmetric_edges
 from kmipgt.data.splits import index_to_mask, random_split_masks
 from kmipgt.data.synthetic_city import SYNTHETIC_CITY_FEATURES, synthetic_city
+from kmipgt.data.virtual_node import add_virtual_node
 
 __all__ = [
     "DATASETS",
@@ -25,6 +26,7 @@ __all__ = [
     "LaplacianPE",
     "RandomWalkSE",
     "add_city_labels",
+    "add_virtual_node",
     "digits_knn",
     "eccentricity_labels",
     "get_dataset",

@@ -21,6 +21,9 @@ class DataConfig:
     ``name`` picks a dataset registered in :mod:`kmipgt.data` (see :func:`kmipgt.data.list_datasets`);
     ``options`` are passed to it as keyword arguments (e.g. ``root``, ``num_nodes``, ``seed``).
     ``val_edges``/``test_edges``: shares of edges held out for edge-level (link) tasks.
+    ``virtual_node`` (graph level): each graph gets one extra node joined to all of its nodes, with
+    marker columns on its features and edges (:func:`kmipgt.data.add_virtual_node`), added after the
+    encodings and the z-scoring, so the original nodes' inputs are unchanged.
     """
 
     name: str = "minnesota"
@@ -31,6 +34,7 @@ class DataConfig:
     normalize_features: bool = True
     val_edges: float = 0.1
     test_edges: float = 0.1
+    virtual_node: bool = False
 
 
 @dataclass

@@ -9,7 +9,7 @@ from torch_geometric.data import Data
 from torch_geometric.transforms import RandomLinkSplit
 from torch_geometric.utils import is_undirected
 
-from kmipgt.data import LaplacianPE, RandomWalkSE, get_dataset
+from kmipgt.data import LaplacianPE, RandomWalkSE, add_virtual_node, get_dataset
 from kmipgt.train.config import Config
 
 SPLITS = ("train", "val", "test")
@@ -164,6 +164,8 @@ def _graph_level(raw, config: Config) -> tuple[dict[str, list[Data]], Data, torc
     splits = {s: [_prepare_graph(g, config) for g in graphs] for s, graphs in _as_split_lists(raw).items()}
     if config.data.normalize_features:
         _standardise_features([g for s in SPLITS for g in splits[s]], splits["train"])
+    if config.data.virtual_node:
+        splits = {s: [add_virtual_node(g) for g in graphs] for s, graphs in splits.items()}
     return splits, splits["train"][0], torch.cat([g.y for g in splits["train"]])
 
 
@@ -180,6 +182,8 @@ def prepare_data(config: Config) -> PreparedData:
     level = config.task.level
     if level != "node" and config.task.label_inputs > 0:
         raise ValueError("task.label_inputs needs task.level: node")
+    if level != "graph" and config.data.virtual_node:
+        raise ValueError(f"data.virtual_node needs task.level: graph, got {level!r}")
     raw = load_raw(config)
     graph, splits = None, None
     if level == "node":
