@@ -14,7 +14,14 @@ from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
 
 import kmipgt.analysis.hops as hops_module
-from kmipgt.analysis import attended_keys, explain, explain_graphs, hop_distances, undirected_adjacency
+from kmipgt.analysis import (
+    attended_keys,
+    explain,
+    explain_graphs,
+    hop_distances,
+    share_beyond,
+    undirected_adjacency,
+)
 from kmipgt.cli import main
 from kmipgt.nn import GraphTransformer, KMIPAttention
 from tiny_runs import train_tiny_city
@@ -245,6 +252,8 @@ def test_statistics_over_batches_of_graphs_equal_per_graph_computations(monkeypa
         reachable = [(w, h) for w, h in weighted_hops if h >= 0]
         mean_hops = sum(w * h for w, h in reachable) / sum(w for w, _ in reachable)
         assert stats["mean_hops"] == pytest.approx(mean_hops)
+        beyond = sum(w for w, h in weighted_hops if h > 2 or h < 0) / total
+        assert share_beyond(stats["hops_histogram"], 2) == pytest.approx(beyond)
         assert stats["entropy"] == pytest.approx(np.mean(entropy), rel=1e-5)
         assert stats["distinct_keys"] == distinct
         assert stats["same_label_rate"] is None and stats["weight_on_train"] is None
