@@ -55,6 +55,7 @@ def mallopt_calls(monkeypatch):
 @pytest.mark.parametrize(("policy", "expected"), [
     ("retain", [(malloc.M_MMAP_THRESHOLD, 2**31 - 1), (malloc.M_TRIM_THRESHOLD, 2**31 - 1)]),
     ("live", [(malloc.M_MMAP_THRESHOLD, 2**20), (malloc.M_TRIM_THRESHOLD, 128 * 2**10)]),
+    ("trim", [(malloc.M_MMAP_THRESHOLD, 2**31 - 1), (malloc.M_TRIM_THRESHOLD, 2**31 - 1)]),
     ("system", []),
 ])
 def test_each_allocator_sets_its_thresholds(mallopt_calls, policy, expected):
@@ -92,9 +93,37 @@ def test_without_mallopt_it_is_a_no_op_said_once(monkeypatch, caplog):
 
 
 def test_no_mallopt_off_linux(monkeypatch):
-    malloc._mallopt.cache_clear()
+    malloc._glibc.cache_clear()
     monkeypatch.setattr(sys, "platform", "darwin")
     try:
         assert malloc._mallopt() == "platform darwin"
+        assert not malloc.release_free_memory()
     finally:
-        malloc._mallopt.cache_clear()
+        malloc._glibc.cache_clear()
+
+
+# Under retain, 32 freed 4 MiB holes between live buffers stay resident until release_free_memory.
+_HOLES = """
+import os, torch
+from kmipgt.malloc import release_free_memory, use_allocator
+accepted = use_allocator("trim")
+def resident_mib():
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+buffers = [torch.ones(2**20) for _ in range(64)]
+del buffers[::2]
+kept = resident_mib()
+released = release_free_memory()
+print(accepted, released, kept - resident_mib())
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="glibc malloc_trim")
+def test_release_returns_the_free_holes_of_the_heap():
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != OPT_OUT_VARIABLE}
+    out = subprocess.run([sys.executable, "-c", _HOLES], capture_output=True, text=True, env=env, check=True)
+    accepted, released, dropped = out.stdout.split()
+    if accepted != "True":
+        pytest.skip("this C library does not accept mallopt thresholds")
+    assert released == "True" and float(dropped) > 100  # of the 128 MiB of holes

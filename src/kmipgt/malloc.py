@@ -8,13 +8,17 @@ N = 262,144 against 0.075 s at 65,536 (x6.6 for x4 the work) with the default po
 freed memory kept (one thread, ``kmipgt bench grf``, ``docs/benchmarks.md``). PyTorch's CPU tuning
 guide recommends a caching allocator (jemalloc, tcmalloc) for the same reason; this is the
 dependency-free equivalent. Keeping freed memory costs resident memory where buffers of different sizes
-interleave (activation checkpointing on large graphs, ``docs/scaling.md``), hence three policies:
+interleave (activation checkpointing on large graphs, ``docs/scaling.md``; mini-batches of graphs of
+varying size, whose freed holes rarely fit the next batch), hence four policies:
 
 - ``retain``: mmap and trim thresholds at 2 GiB, freed buffers stay in the heap for reuse (the default);
 - ``system``: glibc's own defaults (and its ``MALLOC_*`` environment variables), nothing set;
 - ``live``: mmap threshold 1 MiB, trim threshold glibc's 128 KiB, so every buffer above 1 MiB is mapped
   on allocation and returned on free and the resident set follows live memory (what
   ``MALLOC_MMAP_THRESHOLD_=1048576`` gives).
+- ``trim``: ``retain`` within a training step, and after each step every free page of the heap goes back
+  to the kernel (glibc's ``malloc_trim(0)``, :func:`release_free_memory`): a step reuses its own freed
+  buffers without page faults, and the holes one batch leaves do not accumulate over the next ones.
 
 The environment variable ``KMIPGT_SYSTEM_MALLOC`` (any non-empty value) wins over the key: nothing is set,
 as ``system``, so commands written before the key existed keep their meaning.
@@ -29,9 +33,16 @@ import os
 import sys
 from collections.abc import Callable
 
-__all__ = ["ALLOCATORS", "OPT_OUT_VARIABLE", "check_allocator", "retain_freed_memory", "use_allocator"]
+__all__ = [
+    "ALLOCATORS",
+    "OPT_OUT_VARIABLE",
+    "check_allocator",
+    "release_free_memory",
+    "retain_freed_memory",
+    "use_allocator",
+]
 
-ALLOCATORS = ("retain", "system", "live")
+ALLOCATORS = ("retain", "system", "live", "trim")
 OPT_OUT_VARIABLE = "KMIPGT_SYSTEM_MALLOC"
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
@@ -40,7 +51,7 @@ _LARGEST = 2**31 - 1
 # glibc's DEFAULT_TRIM_THRESHOLD; ``live`` restates it so it holds whatever was set before.
 _GLIBC_TRIM = 128 * 2**10
 # (mmap threshold, trim threshold) per policy; ``system`` sets nothing.
-THRESHOLDS = {"retain": (_LARGEST, _LARGEST), "live": (2**20, _GLIBC_TRIM)}
+THRESHOLDS = {"retain": (_LARGEST, _LARGEST), "live": (2**20, _GLIBC_TRIM), "trim": (_LARGEST, _LARGEST)}
 
 _log = logging.getLogger(__name__)
 
@@ -52,16 +63,20 @@ def check_allocator(policy: str) -> None:
 
 
 @functools.cache
-def _mallopt() -> Callable[[int, int], int] | str:
-    """glibc's ``mallopt``, or why there is none (off Linux, or a C library without it)."""
+def _glibc(name: str, argtypes: tuple[type, ...]) -> Callable[..., int] | str:
+    """glibc's function ``name`` (returning int), or why there is none (off Linux, or another C library)."""
     if sys.platform != "linux":
         return f"platform {sys.platform}"
     try:
-        mallopt = ctypes.CDLL("libc.so.6").mallopt
+        function = getattr(ctypes.CDLL("libc.so.6"), name)
     except (OSError, AttributeError) as error:
         return str(error)
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return mallopt
+    function.argtypes, function.restype = list(argtypes), ctypes.c_int
+    return function
+
+
+def _mallopt() -> Callable[[int, int], int] | str:
+    return _glibc("mallopt", (ctypes.c_int, ctypes.c_int))
 
 
 @functools.cache
@@ -92,6 +107,13 @@ def use_allocator(policy: str) -> bool:
         return False
     mmap_threshold, trim_threshold = THRESHOLDS[policy]
     return bool(mallopt(M_MMAP_THRESHOLD, mmap_threshold)) and bool(mallopt(M_TRIM_THRESHOLD, trim_threshold))
+
+
+def release_free_memory() -> bool:
+    """glibc's ``malloc_trim(0)``: every whole free page in the heap goes back to the kernel; ``True`` if
+    any did. Off glibc, ``False``. The training loop calls it after each step under ``allocator: trim``."""
+    malloc_trim = _glibc("malloc_trim", (ctypes.c_size_t,))
+    return False if isinstance(malloc_trim, str) else bool(malloc_trim(0))
 
 
 def retain_freed_memory() -> bool:

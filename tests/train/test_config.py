@@ -1,4 +1,5 @@
-"""The config key ``allocator``: read, validated, and not compared when a run is resumed."""
+"""The config key ``allocator``: read, validated, not compared when a run is resumed, and ``trim``'s
+release of free memory after every training step."""
 
 import pytest
 
@@ -30,3 +31,17 @@ def test_a_run_resumes_under_another_allocator():
     assert config_differences(saved, config_to_dict(load_config(None, ["model.k=4", "allocator=live"]))) == [
         "model.k"
     ]
+
+
+@pytest.mark.parametrize(("policy", "releases"), [("trim", 3), ("retain", 0)])
+def test_trim_gives_free_memory_back_after_every_training_step(tmp_path, monkeypatch, policy, releases):
+    from kmipgt.train import Trainer
+    from tiny_runs import toy_node_config, toy_node_data
+
+    calls = []
+    monkeypatch.setattr("kmipgt.train.datasets.load_raw", lambda config: toy_node_data().graph)
+    monkeypatch.setattr("kmipgt.train.loop.release_free_memory", lambda: calls.append("released") or True)
+    config = toy_node_config(tmp_path, epochs=3)
+    config.allocator = policy
+    Trainer(config).fit(progress=False)
+    assert len(calls) == releases  # one full-batch step per epoch

@@ -156,8 +156,9 @@ class Config:
     ``out_dir/tensorboard/`` (extra ``kmipgt[tensorboard]``; :mod:`kmipgt.train.tensorboard`).
     ``allocator``: glibc's heap policy for the process, applied by the ``kmipgt`` commands before the data
     and model are built (:mod:`kmipgt.malloc`): ``retain`` (freed buffers kept for reuse), ``system``
-    (glibc's defaults) or ``live`` (buffers above 1 MiB returned on free); the environment variable
-    ``KMIPGT_SYSTEM_MALLOC`` wins over it.
+    (glibc's defaults), ``live`` (buffers above 1 MiB returned on free) or ``trim`` (``retain``, and free
+    heap pages returned after each training step); the environment variable ``KMIPGT_SYSTEM_MALLOC`` wins
+    over it.
     """
 
     data: DataConfig = field(default_factory=DataConfig)
