@@ -252,9 +252,7 @@ def _add_bench_approx(bench: argparse._SubParsersAction) -> None:
         "--k", type=_csv(int), default=None, help="comma-separated k grid (default 1, 2, 4, ..., N)"
     )
     parser.add_argument("--split", default="test", help="split whose graph gives the tokens")
-    parser.add_argument("--graph", type=_graph_or_all, default=0,
-                        help="graph of the split (graph/edge-level runs); all: statistics over every graph "
-                             "of a graph-level split")
+    parser.add_argument("--graph", type=int, default=0, help="graph of the split (graph/edge-level runs)")
     parser.add_argument("--checkpoint", choices=("best", "last"), default="best")
     parser.add_argument("--save-tokens", action="store_true", help="also save q/k/v of every layer")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default RUN_DIR/approx)")
@@ -664,17 +662,17 @@ def _analysis_explain(args: argparse.Namespace) -> int:
         coords = None if part.coords is None else part.coords.double().cpu().numpy()
         adjacency = undirected_adjacency(part.graph.edge_index, part.graph.num_nodes)
         paths = plot_explanation(out, result, adjacency, coords)
-    _print_explain_summary(result, trainer.config.model)
+    model = trainer.config.model
+    # Beyond this many hops no message-passing layer of the model reaches a key.
+    _print_explain_summary(result, reach=model.num_layers if model.local != "none" else 0)
     print(f"wrote {out / 'explain.json'} and {', '.join(path.name for path in paths)}")
     return 0
 
 
-def _print_explain_summary(result: dict, model) -> None:
+def _print_explain_summary(result: dict, reach: int) -> None:
     """A markdown table: per layer (mean and range over heads) and per reference."""
     from kmipgt.analysis import summary_rows
 
-    # Beyond this many hops no message-passing layer of the model reaches a key.
-    reach = model.num_layers if model.local != "none" else 0
     graphs = f" in {result['num_graphs']} graphs" if result["num_graphs"] > 1 else ""
     print(f"{result['num_queries']} queries{graphs} of split {result['split']!r}, k = {result['k']}; "
           "mean (min-max over heads)")
@@ -753,7 +751,7 @@ def _add_analysis(commands: argparse._SubParsersAction) -> None:
                              "of a graph-level split")
     parser.add_argument("--layer", type=_layer_or_all, default=None, help="all (default) or a layer index")
     parser.add_argument("--head", type=_layer_or_all, default=None, help="all (default) or a head index")
-    parser.add_argument("--seed", type=int, default=0, help="seed of --sample")
+    parser.add_argument("--seed", type=int, default=0, help="seed of --sample and of the uniform reference")
     parser.add_argument("--checkpoint", choices=("best", "last"), default="best")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default RUN_DIR/explain)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
