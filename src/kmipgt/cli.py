@@ -649,9 +649,8 @@ def _analysis_explain(args: argparse.Namespace) -> int:
             trainer.model, part.graph, part.nodes, queries, labels=part.labels,
             train_mask=part.train_mask, progress=progress, **options,
         )
-    graph = "all" if queries is None else args.graph
-    result = {"run": str(args.run_dir), "split": args.split, "graph": graph, "dataset": trainer.data.name,
-              **result}
+    run = {"run": str(args.run_dir), "split": args.split, "graph": args.graph, "dataset": trainer.data.name}
+    result = {**run, **result}
     out = args.out if args.out is not None else args.run_dir / "explain"
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "explain.json", result)

@@ -250,11 +250,10 @@ def _context(
         base = float(share[labels[split_nodes]].mean())
     train = None if train_mask is None else train_mask.cpu().double()
     adjacency = undirected_adjacency(graph.edge_index, graph.num_nodes)
-    owner = graph.get("batch")
-    owner = torch.zeros(graph.num_nodes, dtype=torch.long) if owner is None else owner.cpu()
-    sizes = torch.bincount(owner, minlength=int(owner.max()) + 1 if owner.numel() else 1)
-    ptr = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
-    return _Context(adjacency, split_nodes, labels, train, base, owner, ptr)
+    owner, ptr = graph.get("batch"), graph.get("ptr")  # a PyG Batch carries both
+    if owner is None:
+        owner, ptr = torch.zeros(graph.num_nodes, dtype=torch.long), torch.tensor([0, graph.num_nodes])
+    return _Context(adjacency, split_nodes, labels, train, base, owner.cpu(), ptr.cpu())
 
 
 def _key_hops(context: _Context, sources: Tensor, index: Tensor) -> Tensor:
@@ -271,7 +270,7 @@ def _add_mpnn_reference(accumulator: _Accumulator, context: _Context) -> None:
     """Fold in the 1-hop neighbourhood of each split query, with uniform weights."""
     adjacency = context.adjacency
     degree = torch.from_numpy(np.diff(adjacency.indptr))
-    width = max(1, int(degree.max())) if degree.numel() else 1
+    width = max(1, int(degree.max()))
     indptr = torch.from_numpy(adjacency.indptr)
     # A trailing -1 that every slot past a node's degree points at: those slots become padding.
     indices = torch.cat([torch.from_numpy(adjacency.indices), torch.tensor([-1])])
@@ -501,18 +500,18 @@ def explain_graphs(
     no node labels). ``num_nodes`` and ``num_graphs`` in the result are totals over the split.
     """
     layers, heads = select_layers_heads(model, layer, head)
-    context, num_nodes = None, 0
+    context = None
     explainer = _Explainer(model, k, layers, None, seed)
     total = len(batches) if isinstance(batches, Sized) else None
     with _bar(progress, total) as bar:
         for graph in batches:
             context = _context(graph, torch.arange(graph.num_nodes))
             explainer.observe(graph, context)
-            num_nodes += graph.num_nodes
             bar.update()
     if context is None:
         raise ValueError("the split has no graph to explain")
-    return explainer.result(context, num_nodes, heads, {})
+    # Every node is a query here, so the nodes of the split are its queries.
+    return explainer.result(context, explainer.num_queries, heads, {})
 
 
 def share_beyond(histogram: dict[str, float], hops: int) -> float:
