@@ -37,6 +37,7 @@ __all__ = [
     "ALLOCATORS",
     "OPT_OUT_VARIABLE",
     "check_allocator",
+    "effective_allocator",
     "release_free_memory",
     "retain_freed_memory",
     "use_allocator",
@@ -60,6 +61,13 @@ def check_allocator(policy: str) -> None:
     """ValueError naming the config key unless ``policy`` is one of :data:`ALLOCATORS`."""
     if policy not in ALLOCATORS:
         raise ValueError(f"config key 'allocator' must be one of {ALLOCATORS}, got {policy!r}")
+
+
+def effective_allocator(policy: str) -> str:
+    """The policy that acts: ``system`` where ``KMIPGT_SYSTEM_MALLOC`` is set (it wins over the key, for
+    the thresholds and for ``trim``'s release after each step alike), else ``policy``."""
+    check_allocator(policy)
+    return "system" if os.environ.get(OPT_OUT_VARIABLE) else policy
 
 
 @functools.cache
@@ -94,12 +102,9 @@ def use_allocator(policy: str) -> bool:
     keeps that policy. ``False`` (nothing set) for ``system``, where ``KMIPGT_SYSTEM_MALLOC`` is set, and
     off glibc.
     """
-    check_allocator(policy)
-    if os.environ.get(OPT_OUT_VARIABLE):
+    if effective_allocator(policy) == "system":
         if policy != "system":
             _log.debug("%s is set: glibc's default allocator, not allocator %r", OPT_OUT_VARIABLE, policy)
-        return False
-    if policy == "system":
         return False
     mallopt = _mallopt()
     if isinstance(mallopt, str):

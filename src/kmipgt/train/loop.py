@@ -28,7 +28,7 @@ from kmipgt.distributed.collect import gather_objects, run_on_main, sum_across_r
 from kmipgt.distributed.graph_model import PartitionedGraphTransformer
 from kmipgt.distributed.launch import current_ranks, rank_device
 from kmipgt.logs import quiet
-from kmipgt.malloc import release_free_memory
+from kmipgt.malloc import effective_allocator, release_free_memory
 from kmipgt.nn import GraphTransformer, KMIPCore
 from kmipgt.train.atomic import atomic_write, atomic_write_text
 from kmipgt.train.branches import BranchMonitor, plot_branches
@@ -218,6 +218,7 @@ class Trainer:
         self.model.train()
         self._redraw_random_features()
         loss_name, clip = self.config.task.loss, self.config.optim.grad_clip
+        trim = effective_allocator(self.config.allocator) == "trim"
         total, count = 0.0, 0
         for step in self.task.train_steps(self.device):
             output, target = self.task.loss_inputs(self._predict(step.batch, self.network), step)
@@ -234,7 +235,7 @@ class Trainer:
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
             self.optimizer.step()
             self.scheduler.step()
-            if self.config.allocator == "trim":
+            if trim:
                 release_free_memory()
             if target.size(0):  # a rank of a partitioned graph may have no training nodes (mean: NaN)
                 total += loss.item() * target.size(0)
