@@ -612,6 +612,7 @@ def _graph_or_all(text: str) -> int | str:
 def _explain_inputs(args: argparse.Namespace):
     """Load the run and check every option against it (ValueError/FileNotFoundError naming the value)."""
     from kmipgt.analysis import check_queries, sample_queries, select_layers_heads
+    from kmipgt.data import virtual_node_mask
     from kmipgt.train import load_run, split_graph
 
     if args.graph == "all" and args.nodes is not None:
@@ -629,7 +630,10 @@ def _explain_inputs(args: argparse.Namespace):
             raise ValueError("--nodes lists no node")
         queries = check_queries(args.nodes, part.graph.num_nodes)
     else:
-        queries = sample_queries(part.nodes, args.sample, args.seed)
+        nodes = part.nodes
+        if trainer.config.data.virtual_node:
+            nodes = nodes[~virtual_node_mask(part.graph)[nodes].cpu()]
+        queries = sample_queries(nodes, args.sample, args.seed)
     return trainer, part, queries
 
 
@@ -639,7 +643,10 @@ def _analysis_explain(args: argparse.Namespace) -> int:
     from kmipgt.train.report import write_json
 
     trainer, part, queries = _explain_inputs(args)
-    options = {"k": trainer.config.model.k, "layer": args.layer, "head": args.head, "seed": args.seed}
+    options = {
+        "k": trainer.config.model.k, "layer": args.layer, "head": args.head, "seed": args.seed,
+        "virtual_node": trainer.config.data.virtual_node,
+    }
     progress = not args.no_progress
     if queries is None:
         batches = trainer.task.eval_batches(args.split)
@@ -675,11 +682,17 @@ def _print_explain_summary(result: dict, reach: int) -> None:
     graphs = f" in {result['num_graphs']} graphs" if result["num_graphs"] > 1 else ""
     print(f"{result['num_queries']} queries{graphs} of split {result['split']!r}, k = {result['k']}; "
           "mean (min-max over heads)")
-    print(f"| | mean hops | weight beyond {reach} hops | entropy (nats) | distinct keys per graph |")
-    print("|---|---|---|---|---|")
-    for row in summary_rows(result, reach):
-        cells = [_spread_text(row[key]) for key in ("mean_hops", "beyond", "entropy", "distinct_per_graph")]
-        print(f"| {row['name']} | {' | '.join(cells)} |")
+    rows = summary_rows(result, reach)
+    columns = {
+        "mean_hops": "mean hops", "beyond": f"weight beyond {reach} hops", "entropy": "entropy (nats)",
+        "distinct_per_graph": "distinct keys per graph", "virtual": "weight on the virtual node",
+    }
+    if not any(row["virtual"] for row in rows):
+        del columns["virtual"]
+    print(f"| | {' | '.join(columns.values())} |")
+    print(f"|---|{'---|' * len(columns)}")
+    for row in rows:
+        print(f"| {row['name']} | {' | '.join(_spread_text(row[key]) for key in columns)} |")
 
 
 def _spread_text(spread: tuple[float, float, float] | None) -> str:

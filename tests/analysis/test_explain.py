@@ -23,6 +23,7 @@ from kmipgt.analysis import (
     undirected_adjacency,
 )
 from kmipgt.cli import main
+from kmipgt.data import add_virtual_node
 from kmipgt.nn import GraphTransformer, KMIPAttention
 from tiny_runs import train_tiny_city
 
@@ -280,6 +281,39 @@ def test_uniform_reference_draws_from_the_query_graph_at_the_analytic_mean_dista
     assert again == uniform
 
 
+def test_a_virtual_node_is_counted_apart_and_hops_are_those_of_the_graph_without_it(monkeypatch):
+    monkeypatch.setattr(explain_module, "_CHUNK", 16)
+    plain = [_graph(num_nodes=n, seed=n) for n in (23, 31, 12, 40)]
+    graphs = [add_virtual_node(g) for g in plain]
+    torch.manual_seed(0)
+    model = GraphTransformer(4, 8, 3, num_layers=2, edge_channels=3, heads=2, attn_kwargs={"k": 6})
+    result = explain_graphs(model, DataLoader(graphs, batch_size=2), k=6, virtual_node=True)
+    assert result["num_graphs"] == 4 and result["num_queries"] == result["num_nodes"] == 106
+    # Independent reference: each graph alone, its own nodes as queries, networkx hops without the hub.
+    per_graph = [attended_keys(model, g, list(range(p.num_nodes)), k=6) for g, p in zip(graphs, plain)]
+    lengths = [dict(nx.all_pairs_shortest_path_length(nx.Graph(g.edge_index.t().tolist()))) for g in plain]
+    for entry in result["layers"]:
+        layer, head, stats = entry["layer"], entry["head"], entry["stats"]
+        histogram, on_hub, total = np.zeros(HOP_BINS), 0.0, 0.0
+        for selection, hop, p in zip(per_graph, lengths, plain):
+            index, weight = selection[layer].index[:, head], selection[layer].weight[:, head].double()
+            for q in range(p.num_nodes):
+                for key, w in zip(index[q].tolist(), weight[q].tolist()):
+                    total += w
+                    if key == p.num_nodes:
+                        on_hub += w
+                    else:
+                        h = hop[q].get(key, -1)
+                        histogram[h if h >= 0 else HOP_BINS - 1] += w
+        assert stats["weight_on_virtual_node"] == pytest.approx(on_hub / total)
+        assert list(stats["hops_histogram"].values()) == pytest.approx(histogram / histogram.sum(), abs=1e-9)
+    uniform = result["uniform_reference"]
+    assert uniform["weight_on_virtual_node"] == 0.0 and uniform["hops_histogram"][">64"] == 0.0
+    # Without the flag every pair is at most 2 hops apart, through the hub.
+    through = explain_graphs(model, DataLoader(graphs, batch_size=2), k=6)["uniform_reference"]
+    assert through["mean_hops"] <= 2 < uniform["mean_hops"] and through["weight_on_virtual_node"] is None
+
+
 def test_without_node_labels_the_label_figures_are_null():
     # A graph of a graph-level task: no node labels, no training mask; hop figures remain.
     graph = _graph(num_nodes=12, seed=5)
@@ -402,7 +436,8 @@ def _peptide_copy(root: Path) -> dict[str, list[int]]:
 
 
 @pytest.mark.slow
-def test_cli_explains_every_graph_of_a_graph_level_split(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("virtual_node", [False, True])
+def test_cli_explains_every_graph_of_a_graph_level_split(tmp_path, capsys, monkeypatch, virtual_node):
     monkeypatch.chdir(Path(__file__).parents[2])
     sizes = _peptide_copy(tmp_path / "lrgb")
     run = tmp_path / "run"
@@ -412,6 +447,7 @@ def test_cli_explains_every_graph_of_a_graph_level_split(tmp_path, capsys, monke
         *("--set", "model.num_layers=2", "--set", "model.channels=16", "--set", "model.k=3"),
         *("--set", "optim.epochs=1", "--set", "optim.warmup_epochs=0", "--set", "data.batch_size=2"),
         *("--set", "threads=1", "--set", "device=cpu"),
+        *("--set", f"data.virtual_node={str(virtual_node).lower()}"),
     ])
     assert code == 0
     capsys.readouterr()
@@ -426,10 +462,19 @@ def test_cli_explains_every_graph_of_a_graph_level_split(tmp_path, capsys, monke
         assert entry["queries"] == [] and entry["stats"]["queries"] == sum(sizes["test"])
         assert sum(entry["stats"]["hops_histogram"].values()) == pytest.approx(1.0)
     assert result["uniform_reference"]["hops_histogram"][">64"] == 0.0
+    on_hub = [e["stats"]["weight_on_virtual_node"] for e in result["layers"]]
+    assert all(0 <= w <= 1 for w in on_hub) if virtual_node else on_hub == [None] * 8
     assert (run / "explain" / "explain_stats.png").stat().st_size > 1000
     assert not list((run / "explain").glob("explain_layer*.png"))
     table = printed.out.splitlines()
     assert table[0].startswith(f"{sum(sizes['test'])} queries in 5 graphs of split 'test', k = 3")
     assert "weight beyond 2 hops" in table[1]
+    assert ("weight on the virtual node" in table[1]) == virtual_node
     rows = [line.split(" | ")[0] for line in table[3:7]]
     assert rows == ["| layer 0", "| layer 1", "| uniform keys", "| MPNN 1-hop"]
+    # One molecule: the sampled queries are its atoms, never its virtual node.
+    code, printed = _explain_cli(capsys, run, "--graph", "2", "--split", "test", "--sample", "100")
+    assert code == 0, printed.err
+    single = json.loads((run / "explain" / "explain.json").read_text())
+    assert single["num_queries"] == sizes["test"][2]
+    assert len(single["layers"][0]["queries"]) == sizes["test"][2]

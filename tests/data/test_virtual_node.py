@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch_geometric.data import Batch, Data
 
-from kmipgt.data import add_virtual_node
+from kmipgt.data import add_virtual_node, virtual_node_mask
 from kmipgt.train import load_config
 from kmipgt.train.datasets import prepare_data
 
@@ -61,6 +61,7 @@ def test_in_a_batch_each_graph_has_its_own_virtual_node():
     assert torch.equal(batch.batch[source], batch.batch[target])  # no edge between graphs
     hubs = batch.x[:, -1].nonzero().flatten()
     assert hubs.tolist() == [5, 15, 23]
+    assert virtual_node_mask(batch).nonzero().flatten().tolist() == [5, 15, 23]
     for graph, hub in enumerate(hubs.tolist()):
         members = (batch.batch == graph).nonzero().flatten()[:-1]
         assert torch.equal(target[source == hub].sort().values, members)

@@ -24,6 +24,7 @@ from torch_geometric.data import Data
 from tqdm import tqdm
 
 from kmipgt.analysis.hops import HOP_CAP, hop_distances, undirected_adjacency
+from kmipgt.data import virtual_node_mask
 from kmipgt.logs import quiet
 from kmipgt.nn import FullAttention, GraphTransformer, KMIPAttention
 from kmipgt.ops import AttentionSelection
@@ -171,7 +172,7 @@ class _Accumulator:
 
     def __post_init__(self) -> None:
         self.histogram = torch.zeros(self.heads, HOP_CAP + 2, dtype=torch.float64)
-        names = ("weight", "hops", "reachable", "train", "same", "entropy", "queries", "mass")
+        names = ("weight", "hops", "reachable", "train", "same", "entropy", "queries", "mass", "virtual")
         self.sums = {name: torch.zeros(self.heads, dtype=torch.float64) for name in names}
         self.received = torch.zeros(self.heads, 0, dtype=torch.bool)
         self.distinct = torch.zeros(self.heads, dtype=torch.long)
@@ -185,12 +186,18 @@ class _Accumulator:
         """Fold in ``[C]`` queries: selection ``[C, H, k]`` and their key hops ``[C, H, k]`` (-1: > cap)."""
         weight = selection.weight.double() * (selection.index >= 0)
         index = selection.index.clamp(min=0)
+        sums = self.sums
+        # A virtual node is no place in the graph: its weight is counted apart, not binned by hops.
+        on_graph = weight
+        if context.virtual is not None:
+            on_virtual = weight * context.virtual[index]
+            sums["virtual"] += on_virtual.sum((0, 2))
+            on_graph = weight - on_virtual
         bins = torch.where(hops < 0, HOP_CAP + 1, hops) + (HOP_CAP + 2) * torch.arange(self.heads)[:, None]
         self.histogram += torch.bincount(
-            bins.flatten(), weight.flatten(), minlength=self.heads * (HOP_CAP + 2)
+            bins.flatten(), on_graph.flatten(), minlength=self.heads * (HOP_CAP + 2)
         ).view(self.heads, -1)
-        reachable = weight * (hops >= 0)
-        sums = self.sums
+        reachable = on_graph * (hops >= 0)
         sums["weight"] += weight.sum((0, 2))
         sums["hops"] += (reachable * hops.clamp(min=0)).sum((0, 2))
         sums["reachable"] += reachable.sum((0, 2))
@@ -210,8 +217,9 @@ class _Accumulator:
         """The statistics of one head (see :func:`explain`)."""
         sums = {name: float(value[head]) for name, value in self.sums.items()}
         total = sums["weight"]
+        binned = self.histogram[head] / max(total - sums["virtual"], 1e-300)
         out: dict[str, Any] = {
-            "hops_histogram": dict(zip(HOP_LABELS, (self.histogram[head] / max(total, 1e-300)).tolist())),
+            "hops_histogram": dict(zip(HOP_LABELS, binned.tolist())),
             "mean_hops": sums["hops"] / sums["reachable"] if sums["reachable"] > 0 else None,
             "weight_on_train": sums["train"] / total if context.train is not None and total else None,
             "same_label_rate": sums["same"] / total if context.labels is not None and total else None,
@@ -219,6 +227,9 @@ class _Accumulator:
             "entropy": sums["entropy"] / sums["queries"] if sums["queries"] else None,
             "distinct_keys": int(self.distinct[head] + self.received[head].sum()),
             "queries": int(sums["queries"]),
+            "weight_on_virtual_node": (
+                sums["virtual"] / total if context.virtual is not None and total else None
+            ),
         }
         if mass:
             out["mean_mass"] = sums["mass"] / sums["queries"] if sums["queries"] else None
@@ -227,8 +238,9 @@ class _Accumulator:
 
 @dataclass
 class _Context:
-    """What every statistic needs about the graph: adjacency, labels, training nodes, split nodes, and
-    which graph of a batch each node belongs to (``owner`` ``[N]``, ``ptr`` ``[G + 1]`` first nodes)."""
+    """What every statistic needs about the graph: adjacency, labels, training nodes, split nodes, which
+    graph of a batch each node belongs to (``owner`` ``[N]``, ``ptr`` ``[G + 1]`` first nodes), and the
+    virtual nodes (``virtual`` ``[N]`` bool, the last node of each graph; ``None`` without them)."""
 
     adjacency: sp.csr_matrix
     split_nodes: Tensor
@@ -237,11 +249,15 @@ class _Context:
     base_same_label_rate: float | None
     owner: Tensor
     ptr: Tensor
+    virtual: Tensor | None = None
 
 
 def _context(
-    graph: Data, split_nodes: Tensor, labels: Tensor | None = None, train_mask: Tensor | None = None
+    graph: Data, split_nodes: Tensor, labels: Tensor | None = None, train_mask: Tensor | None = None,
+    virtual_node: bool = False,
 ) -> _Context:
+    """With ``virtual_node``, hops are those of the graph without its virtual nodes (through one, every
+    pair of nodes is 2 hops apart), and no virtual node is a query."""
     labels = None if labels is None else labels.cpu()
     base = None
     if labels is not None and split_nodes.numel():
@@ -249,11 +265,19 @@ def _context(
         share = torch.bincount(labels).double() / labels.numel()
         base = float(share[labels[split_nodes]].mean())
     train = None if train_mask is None else train_mask.cpu().double()
-    adjacency = undirected_adjacency(graph.edge_index, graph.num_nodes)
     owner, ptr = graph.get("batch"), graph.get("ptr")  # a PyG Batch carries both
     if owner is None:
         owner, ptr = torch.zeros(graph.num_nodes, dtype=torch.long), torch.tensor([0, graph.num_nodes])
-    return _Context(adjacency, split_nodes, labels, train, base, owner.cpu(), ptr.cpu())
+    owner, ptr, edge_index = owner.cpu(), ptr.cpu(), graph.edge_index.cpu()
+    virtual = None
+    if virtual_node:
+        virtual = virtual_node_mask(graph).cpu()
+        if int(virtual.sum()) != ptr.numel() - 1 or not bool(virtual[ptr[1:] - 1].all()):
+            raise ValueError("data.virtual_node: expected one virtual node per graph, its last node")
+        edge_index = edge_index[:, ~(virtual[edge_index[0]] | virtual[edge_index[1]])]
+        split_nodes = split_nodes[~virtual[split_nodes]]
+    adjacency = undirected_adjacency(edge_index, graph.num_nodes)
+    return _Context(adjacency, split_nodes, labels, train, base, owner, ptr, virtual)
 
 
 def _key_hops(context: _Context, sources: Tensor, index: Tensor) -> Tensor:
@@ -288,11 +312,14 @@ def _add_uniform_reference(
     accumulator: _Accumulator, context: _Context, k: int, generator: torch.Generator
 ) -> None:
     """Fold in k keys per split query drawn uniformly, with replacement, from the query's own graph
-    (itself included), with weights 1/k: where attention would look if its choice were blind."""
+    (itself included; its virtual node not), with weights 1/k: where attention would look if its choice
+    were blind."""
     accumulator.start_graph(context.adjacency.shape[0])
     for sources in _chunks(context.split_nodes):
         graph = context.owner[sources]
         start, size = context.ptr[graph], context.ptr[graph + 1] - context.ptr[graph]
+        if context.virtual is not None:
+            size = size - 1  # the virtual node is the graph's last
         start, size = start[:, None, None], size[:, None, None]
         draw = torch.rand(sources.numel(), 1, k, generator=generator, dtype=torch.float64)
         index = start + (draw * size).long().clamp(max=size - 1)
@@ -435,6 +462,7 @@ def explain(
     head: int | None = None,
     progress: bool = False,
     seed: int = 0,
+    virtual_node: bool = False,
 ) -> dict[str, Any]:
     """Attended keys of the chosen queries and attention statistics over every query of a split.
 
@@ -447,6 +475,10 @@ def explain(
     neighbours with uniform weights; ``uniform_reference`` for k keys drawn uniformly from the query's
     graph (with replacement, with ``seed``), the figures of attention that chooses blindly.
 
+    On a graph with a virtual node (``virtual_node``, :func:`kmipgt.data.add_virtual_node`) hops are those
+    of the graph without it, the virtual node is no query and no uniform key, and the weight on it is
+    ``weight_on_virtual_node``, not a bin of the histogram (which then sums to 1 over the other keys).
+
     Args:
         model: a trained :class:`~kmipgt.nn.GraphTransformer` with ``kmip`` or ``full`` attention.
         graph: its input graph.
@@ -458,6 +490,7 @@ def explain(
         layer, head: restrict the output to one layer / head (default: all).
         progress: show a progress bar while streaming the split's queries.
         seed: seed of the uniform reference's keys.
+        virtual_node: the graph has a virtual node (:func:`kmipgt.data.add_virtual_node`), see above.
 
     Returns:
         ``{"k", "attention", "num_nodes", "num_queries", "num_graphs", "hop_cap", "layers": [{"layer", "head",
@@ -467,7 +500,7 @@ def explain(
     layers, heads = select_layers_heads(model, layer, head)
     queries = check_queries(queries, graph.num_nodes)
     split_nodes = check_queries(split_nodes, graph.num_nodes)
-    context = _context(graph, split_nodes, labels, train_mask)
+    context = _context(graph, split_nodes, labels, train_mask, virtual_node)
     rows: dict[tuple[int, int], list] = {}
 
     def listed(number: int, selection: AttentionSelection) -> None:
@@ -491,13 +524,15 @@ def explain_graphs(
     head: int | None = None,
     progress: bool = False,
     seed: int = 0,
+    virtual_node: bool = False,
 ) -> dict[str, Any]:
     """:func:`explain`'s statistics over every node of every graph of a graph-level split.
 
     Each batch (a PyG ``Batch`` of disjoint graphs, as the run's evaluation loader yields them) runs one
     forward; all its nodes are queries, attention stays within each graph, and the uniform reference draws
     from the query's own graph. No query is listed, and there are no label figures (graph-level tasks have
-    no node labels). ``num_nodes`` and ``num_graphs`` in the result are totals over the split.
+    no node labels). ``num_nodes`` and ``num_graphs`` in the result are totals over the split (of the
+    graphs' own nodes, without virtual nodes: ``virtual_node`` as in :func:`explain`).
     """
     layers, heads = select_layers_heads(model, layer, head)
     context = None
@@ -505,7 +540,7 @@ def explain_graphs(
     total = len(batches) if isinstance(batches, Sized) else None
     with _bar(progress, total) as bar:
         for graph in batches:
-            context = _context(graph, torch.arange(graph.num_nodes))
+            context = _context(graph, torch.arange(graph.num_nodes), virtual_node=virtual_node)
             explainer.observe(graph, context)
             bar.update()
     if context is None:
@@ -521,8 +556,9 @@ def share_beyond(histogram: dict[str, float], hops: int) -> float:
 
 def summary_rows(explanation: dict[str, Any], reach: int) -> list[dict[str, Any]]:
     """Per explained layer (over its heads: mean, min, max) and per reference: mean hops, the share of
-    weight beyond ``reach`` hops (what the message passing cannot see), the entropy, and the distinct
-    keys per graph (far below the queries per graph: many queries read the same few keys)."""
+    weight beyond ``reach`` hops (what the message passing cannot see), the entropy, the distinct keys
+    per graph (far below the queries per graph: many queries read the same few keys) and the weight on
+    the virtual node (``None`` without one)."""
     graphs = explanation["num_graphs"]
     by_layer: dict[int, list[dict[str, Any]]] = {}
     for entry in explanation["layers"]:
@@ -539,6 +575,7 @@ def summary_rows(explanation: dict[str, Any], reach: int) -> list[dict[str, Any]
             "beyond": [share_beyond(s["hops_histogram"], reach) for s in stats],
             "entropy": [s["entropy"] for s in stats if s["entropy"] is not None],
             "distinct_per_graph": [s["distinct_keys"] / graphs for s in stats],
+            "virtual": [v for s in stats if (v := s.get("weight_on_virtual_node")) is not None],
         }
         rows.append({"name": name, **{key: _spread(values) for key, values in figures.items()}})
     return rows

@@ -14,7 +14,7 @@ from kmipgt.data.registry import DATASETS, Dataset, get_dataset, list_datasets, 
 from kmipgt.data.road_graph import add_city_labels, haversine_metres, road_network_data, symmetric_edges
 from kmipgt.data.splits import index_to_mask, random_split_masks
 from kmipgt.data.synthetic_city import SYNTHETIC_CITY_FEATURES, synthetic_city
-from kmipgt.data.virtual_node import add_virtual_node
+from kmipgt.data.virtual_node import add_virtual_node, virtual_node_mask
 
 __all__ = [
     "DATASETS",
@@ -46,4 +46,5 @@ __all__ = [
     "road_network_data",
     "symmetric_edges",
     "synthetic_city",
+    "virtual_node_mask",
 ]

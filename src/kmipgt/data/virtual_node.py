@@ -12,7 +12,7 @@ import torch
 from torch_geometric.data import Data
 from torch_geometric.transforms import VirtualNode
 
-__all__ = ["add_virtual_node"]
+__all__ = ["add_virtual_node", "virtual_node_mask"]
 
 
 def add_virtual_node(graph: Data, graph_keys: tuple[str, ...] = ("y",)) -> Data:
@@ -44,3 +44,9 @@ def add_virtual_node(graph: Data, graph_keys: tuple[str, ...] = ("y",)) -> Data:
     attr = graph.get("edge_attr")
     out.edge_attr = edge_marks if attr is None else torch.cat([out.edge_attr, edge_marks], 1)
     return out
+
+
+def virtual_node_mask(graph: Data) -> torch.Tensor:
+    """``[N]`` bool: the virtual nodes of a graph (or batch) built by :func:`add_virtual_node`, read from
+    its marker column (the last of ``x``: exactly 1 on a virtual node, 0 on every other)."""
+    return graph.x[:, -1] == 1
