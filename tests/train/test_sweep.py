@@ -22,6 +22,8 @@ from kmipgt.train.sweep import (
     numeric_axis,
     plot_summary,
     run_sweep,
+    summarize,
+    summary_markdown,
 )
 
 REPO = Path(__file__).parents[2]
@@ -69,7 +71,52 @@ def test_grid_expands_in_file_order_with_readable_names(tmp_path):
     assert load_sweep(path, out=tmp_path / "elsewhere").out == tmp_path / "elsewhere"
 
 
+def test_variants_are_a_first_axis_of_keys_set_together(tmp_path):
+    base = _write(tmp_path / "base.yaml", TINY_CITY)
+    path = _write(tmp_path / "variants.yaml", {
+        "base": str(base),
+        "set": {"optim.epochs": 7},
+        "variants": {"kmip": {}, "wide": {"model.attention": "none", "model.channels": 12}},
+        "grid": {"seed": [0, 1]},
+    })
+    sweep = load_sweep(path)
+    cells = expand(sweep)
+    assert [c.name for c in cells] == [
+        "variant=kmip__seed=0", "variant=kmip__seed=1", "variant=wide__seed=0", "variant=wide__seed=1"]
+    configs = [load_config(base, cell_overrides(sweep, cell)) for cell in cells]
+    assert [(c.model.attention, c.model.channels, c.seed) for c in configs] == [
+        ("kmip", 8, 0), ("kmip", 8, 1), ("none", 12, 0), ("none", 12, 1)]
+    assert all(c.optim.epochs == 7 for c in configs)
+    rows = [{"variant": c.values["variant"], "seed": str(c.values["seed"]), "status": "ok", "val": 0.5,
+             "test": 0.1 * i, "seconds_per_epoch": 1.0, "peak_memory_mb": 10.0} for i, c in enumerate(cells)]
+    summary = summarize(rows, list(sweep.axes()))
+    assert [(e["variant"], e["n"]) for e in summary] == [("kmip", 2), ("wide", 2)]
+    assert summary[1]["test_mean"] == pytest.approx(0.25)
+    table = summary_markdown(sweep, summary, "accuracy", "kmipgt sweep variants.yaml")
+    assert '`wide`: `{"model.attention": "none", "model.channels": 12}`' in table
+    assert "| variant | n | val accuracy |" in table and "| wide | 2 |" in table
+
+
+def test_command_line_overrides_join_the_files_set(tmp_path):
+    base = _write(tmp_path / "base.yaml", TINY_CITY)
+    path = _write(tmp_path / "s.yaml", {
+        "base": str(base), "set": {"optim.epochs": 7, "optim.lr": 0.01}, "grid": {"seed": [0]}})
+    sweep = load_sweep(path, overrides=["optim.epochs=3", "model.coord_columns=[0, 1]"])
+    assert sweep.fixed == {"optim.epochs": 3, "optim.lr": 0.01, "model.coord_columns": [0, 1]}
+    config = load_config(base, cell_overrides(sweep, expand(sweep)[0]))
+    assert (config.optim.epochs, config.optim.lr, config.model.coord_columns) == (3, 0.01, [0, 1])
+    with pytest.raises(ValueError, match="both fixed"):
+        load_sweep(path, overrides=["seed=4"])
+    with pytest.raises(ValueError, match=r"key\.sub=value"):
+        load_sweep(path, overrides=["optim.epochs"])
+
+
 @pytest.mark.parametrize(("content", "message"), [
+    ({"base": "b.yaml", "variants": {"a": {"seed": 1}}, "grid": {"seed": [0]}}, "variant 'a' sets keys"),
+    ({"base": "b.yaml", "variants": {"a": {"seed": 1}}, "set": {"seed": 0}}, "variant 'a' sets keys"),
+    ({"base": "b.yaml", "variants": {"a": {}}, "grid": {"variant": [0]}}, "axis of 'variants'"),
+    ({"base": "b.yaml", "variants": [{"seed": 1}]}, "non-empty mapping of names"),
+    ({"base": "b.yaml", "variants": {"a": {"out_dir": "x"}}}, "must not set out_dir"),
     ({"grid": {"seed": [0]}}, "needs a base config"),
     ({"base": "b.yaml", "grid": {"seed": []}}, "non-empty list"),
     ({"base": "b.yaml", "grid": {"seed": [0]}, "runs": 3}, "unknown sweep keys"),
@@ -92,10 +139,10 @@ def test_sweep_runs_cells_keeps_failures_resumes_and_summarises(tmp_path, capsys
     out = tmp_path / "sweep"
     # seed=-1 is refused by NumPy in the cell's process: a crash that must stay in its cell.
     path = _write(tmp_path / "s.yaml", {
-        "base": str(base), "set": {"optim.lr": 0.01},
-        "grid": {"model.attention": ["kmip"], "seed": [0, 1, -1]}, "out": str(out),
+        "base": str(base), "grid": {"model.attention": ["kmip"], "seed": [0, 1, -1]}, "out": str(out),
     })
-    assert main(["sweep", str(path), "--jobs", "2"]) == 1
+    learning_rate = ["--set", "optim.lr=0.01"]  # from the command line, for every cell
+    assert main(["sweep", str(path), "--jobs", "2", *learning_rate]) == 1
     printed = capsys.readouterr().out
     assert printed.count("[") >= 3 and "FAILED" in printed and "[3/3]" in printed
 
@@ -123,7 +170,8 @@ def test_sweep_runs_cells_keeps_failures_resumes_and_summarises(tmp_path, capsys
         assert float(summary[0][f"{name}_std"]) == pytest.approx(values.std(ddof=1), rel=1e-12, abs=1e-15)
     test_values = np.array([float(r["test"]) for r in ok])
     assert f"{test_values.mean():.4f} ± {test_values.std(ddof=1):.4f}" in markdown
-    assert "kmipgt sweep" in markdown and (out / "summary.png").stat().st_size > 0
+    assert "kmipgt sweep" in markdown and "--set=optim.lr=0.01" in markdown
+    assert (out / "summary.png").stat().st_size > 0
 
     # Re-running trains only what is missing: the failed cell again, and a cell whose metrics.json is
     # gone resumes from its last.pt (no new epochs), while the finished cell is not touched.
@@ -131,10 +179,10 @@ def test_sweep_runs_cells_keeps_failures_resumes_and_summarises(tmp_path, capsys
     stamp = finished.stat().st_mtime_ns
     resumed = out / "cells" / rows[1]["cell"]
     (resumed / "metrics.json").unlink()
-    main(["sweep", str(path), "--dry-run"])
+    main(["sweep", str(path), "--dry-run", *learning_rate])
     listing = capsys.readouterr().out
     assert "seed=0  [done]" in listing and "seed=1  [resume]" in listing and "seed=-1  [new]" in listing
-    assert main(["sweep", str(path), "--jobs", "2"]) == 1
+    assert main(["sweep", str(path), "--jobs", "2", *learning_rate]) == 1
     printed = capsys.readouterr().out
     assert "seed=0: val" in printed and "(done earlier)" in printed
     assert finished.stat().st_mtime_ns == stamp

@@ -211,17 +211,23 @@ def _read_yaml(stream: Any, source: str) -> Any:
         raise ValueError(f"{source} is not valid YAML: {' '.join(str(error).split())}") from error
 
 
-def _override(tree: dict, text: str) -> None:
-    """Apply ``"model.k=32"`` to a config tree; the value is read as YAML (numbers, lists, null, ...)."""
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"model.k=32"`` -> ``("model.k", 32)``: the value is read as YAML (numbers, lists, null, ...)."""
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
         raise ValueError(f"override must look like key.sub=value, got {text!r}")
-    *sections, leaf = key.strip().split(".")
+    return key.strip(), _read_yaml(raw, f"override {text!r}")
+
+
+def _override(tree: dict, text: str) -> None:
+    """Apply ``"model.k=32"`` to a config tree."""
+    key, value = parse_override(text)
+    *sections, leaf = key.split(".")
     for part in sections:
         tree = tree.setdefault(part, {})
         if not isinstance(tree, dict):
             raise ValueError(f"override {text!r}: {part!r} is not a section")
-    tree[leaf] = _read_yaml(raw, f"override {text!r}")
+    tree[leaf] = value
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:

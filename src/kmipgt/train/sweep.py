@@ -10,6 +10,15 @@ to the working directory, like ``kmipgt train --config``::
       seed: [0, 1, 2]
     out: runs/sweeps/city_attention      # default: runs/sweeps/<sweep file stem>
 
+Keys that must change together (attention off *and* the width that matches the parameter count) go into
+named ``variants``, a first grid axis called ``variant``::
+
+    variants:
+      kmip: {}
+      none_same_size: {model.attention: none, model.channels: 92}
+    grid:
+      seed: [0, 1, 2]
+
 Outputs in ``out``: ``cells/<cell>/`` (each cell's run directory), ``results.csv`` (one row per cell),
 ``summary.md``, ``summary.csv`` and ``summary.png`` (mean ± sample std over the seeds of each group).
 """
@@ -27,9 +36,9 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +47,13 @@ import yaml
 
 import kmipgt
 from kmipgt.configs import config_path
-from kmipgt.train.config import config_differences, config_to_dict, load_config
+from kmipgt.train.config import config_differences, config_to_dict, load_config, parse_override
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-SWEEP_KEYS = ("base", "set", "grid", "out")
+SWEEP_KEYS = ("base", "set", "variants", "grid", "out")
+VARIANT_AXIS = "variant"
 METRIC_COLUMNS = ("train", "val", "test", "best_epoch", "epochs", "seconds_per_epoch", "peak_memory_mb",
                   "parameters")
 SUMMARY_STATISTICS = ("val", "test", "seconds_per_epoch", "peak_memory_mb")
@@ -58,13 +68,20 @@ def format_value(value: Any) -> str:
 
 @dataclass
 class Sweep:
-    """A parsed sweep file: base config, fixed overrides, the grid (dotted key -> values) and the output."""
+    """A parsed sweep file: base config, fixed overrides, the grid (dotted key -> values), the output and
+    the named variants (name -> overrides that go together)."""
 
     path: Path
     base: Path
     fixed: dict[str, Any]
     grid: dict[str, list[Any]]
     out: Path
+    variants: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def axes(self) -> dict[str, list[Any]]:
+        """The axes cells combine, in order: ``variant`` (the variants' names) first if there are any, then
+        the grid's keys."""
+        return {VARIANT_AXIS: list(self.variants), **self.grid} if self.variants else dict(self.grid)
 
 
 @dataclass
@@ -84,8 +101,9 @@ def _mapping(value: Any, what: str) -> dict:
     return value
 
 
-def load_sweep(path: str | Path, out: str | Path | None = None) -> Sweep:
-    """Read and check a sweep file; ``out`` (e.g. from ``--out``) replaces the file's ``out``.
+def load_sweep(path: str | Path, out: str | Path | None = None, overrides: Sequence[str] = ()) -> Sweep:
+    """Read and check a sweep file; ``out`` (e.g. from ``--out``) replaces the file's ``out``, and
+    ``overrides`` (``"optim.epochs=20"``, from ``--set``) join or replace its ``set``.
 
     ``path`` and the file's ``base`` may name shipped configs (``sweeps/influence_of_k``, ``minnesota``).
     """
@@ -97,7 +115,7 @@ def load_sweep(path: str | Path, out: str | Path | None = None) -> Sweep:
         raise ValueError(f"unknown sweep keys {unknown}; known: {list(SWEEP_KEYS)}")
     if "base" not in content:
         raise ValueError(f"sweep {path} needs a base config ('base: configs/....yaml')")
-    fixed = _mapping(content.get("set") or {}, "set")
+    fixed = _mapping({**(content.get("set") or {}), **dict(map(parse_override, overrides))}, "set")
     grid = _mapping(content.get("grid") or {}, "grid")
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
@@ -105,8 +123,25 @@ def load_sweep(path: str | Path, out: str | Path | None = None) -> Sweep:
     both = sorted(set(fixed) & set(grid))
     if both:
         raise ValueError(f"keys both fixed by 'set' and varied by 'grid': {both}")
+    variants = _variants(content.get("variants"), fixed, grid)
     out = Path(out or content.get("out") or Path("runs/sweeps") / path.stem)
-    return Sweep(path, config_path(content["base"]), fixed, grid, out)
+    return Sweep(path, config_path(content["base"]), fixed, grid, out, variants)
+
+
+def _variants(content: Any, fixed: dict[str, Any], grid: dict[str, list[Any]]) -> dict[str, dict[str, Any]]:
+    """The ``variants`` mapping, checked: names to overrides that neither ``set`` nor ``grid`` also sets."""
+    if content is None:
+        return {}
+    if not isinstance(content, dict) or not content or not all(isinstance(name, str) for name in content):
+        raise ValueError(f"variants must be a non-empty mapping of names to overrides, got {content!r}")
+    if VARIANT_AXIS in grid:
+        raise ValueError(f"grid key {VARIANT_AXIS!r} is the axis of 'variants'; name the config key in full")
+    variants = {name: _mapping(overrides or {}, f"variant {name!r}") for name, overrides in content.items()}
+    for name, overrides in variants.items():
+        clash = sorted(set(overrides) & (set(fixed) | set(grid)))
+        if clash:
+            raise ValueError(f"variant {name!r} sets keys that 'set' or 'grid' also set: {clash}")
+    return variants
 
 
 def _safe(text: str) -> str:
@@ -123,10 +158,11 @@ def _cell_name(values: dict[str, Any]) -> str:
 
 
 def expand(sweep: Sweep) -> list[Cell]:
-    """The grid's cartesian product in file order (the last key varies fastest)."""
+    """The cartesian product of the axes in file order (the variants first; the last key varies fastest)."""
     cells = []
-    for combination in itertools.product(*sweep.grid.values()):
-        values = dict(zip(sweep.grid, combination, strict=True))
+    axes = sweep.axes()
+    for combination in itertools.product(*axes.values()):
+        values = dict(zip(axes, combination, strict=True))
         label = " ".join(f"{key}={format_value(value)}" for key, value in values.items()) or "base"
         cells.append(Cell(values, _cell_name(values), label))
     names = [cell.name for cell in cells]
@@ -141,8 +177,11 @@ def cell_dir(sweep: Sweep, cell: Cell) -> Path:
 
 
 def cell_overrides(sweep: Sweep, cell: Cell) -> list[str]:
-    """The ``key=value`` overrides of one cell: the fixed ones, its grid values and its ``out_dir``."""
-    values = {**sweep.fixed, **cell.values, "out_dir": str(cell_dir(sweep, cell))}
+    """The ``key=value`` overrides of one cell: the fixed ones, its variant's, its grid values and its
+    ``out_dir``."""
+    grid_values = {key: value for key, value in cell.values.items() if key != VARIANT_AXIS}
+    variant = sweep.variants[cell.values[VARIANT_AXIS]] if sweep.variants else {}
+    values = {**sweep.fixed, **variant, **grid_values, "out_dir": str(cell_dir(sweep, cell))}
     return [f"{key}={format_value(value)}" for key, value in values.items()]
 
 
@@ -310,12 +349,13 @@ def _group_label(entry: dict[str, Any], group_keys: list[str]) -> str:
 
 def summary_markdown(sweep: Sweep, summary: list[dict[str, Any]], metric: str, command: str) -> str:
     """``summary.md``: a table of mean ± sample std (ddof=1) over the finished cells of each group."""
-    group_keys = [key for key in sweep.grid if key != "seed"]
+    group_keys = [key for key in sweep.axes() if key != "seed"]
     header = [*group_keys, "n", f"val {metric}", f"test {metric}", "s/epoch", "peak memory (MiB)", "failed"]
     lines = [
         f"# Sweep {sweep.path.name}",
         "",
         f"Base config `{sweep.base}`, fixed overrides `{json.dumps(sweep.fixed)}`.",
+        *(f"Variant `{name}`: `{json.dumps(overrides)}`." for name, overrides in sweep.variants.items()),
         "Every cell keeps its best-validation checkpoint; test is reported there. Values: mean ± sample "
         "standard deviation (ddof=1) over the n finished cells of each group (over `seed`).",
         "",
@@ -386,9 +426,9 @@ def write_reports(sweep: Sweep, rows: list[dict[str, Any]], command: str) -> lis
     """Write ``results.csv``, ``summary.csv``, ``summary.md`` and ``summary.png``; return the summary."""
     sweep.out.mkdir(parents=True, exist_ok=True)
     write_results(sweep.out / "results.csv", rows)
-    summary = summarize(rows, list(sweep.grid))
+    summary = summarize(rows, list(sweep.axes()))
     write_results(sweep.out / "summary.csv", summary)
     metric = next((row["metric"] for row in rows if row["metric"]), "metric")
     (sweep.out / "summary.md").write_text(summary_markdown(sweep, summary, metric, command))
-    plot_summary(sweep.out / "summary.png", summary, [key for key in sweep.grid if key != "seed"], metric)
+    plot_summary(sweep.out / "summary.png", summary, [key for key in sweep.axes() if key != "seed"], metric)
     return summary
