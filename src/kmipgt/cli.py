@@ -705,6 +705,36 @@ def _spread_text(spread: tuple[float, float, float] | None) -> str:
     return number(mean) if low == high else f"{number(mean)} ({number(low)}-{number(high)})"
 
 
+def _analysis_curves(args: argparse.Namespace) -> int:
+    import yaml
+
+    from kmipgt.train.metrics import higher_is_better
+    from kmipgt.train.report import best_evaluation, plot_comparison, read_history
+
+    labels = args.labels or [run.name for run in args.runs]
+    if len(labels) != len(args.runs):
+        raise ValueError(f"--labels names {len(labels)} runs, {len(args.runs)} are given")
+    histories = [read_history(run) for run in args.runs]
+    metrics = {yaml.safe_load((run / "config.yaml").read_text())["task"]["metric"] for run in args.runs}
+    if len(metrics) > 1:
+        raise ValueError(f"the runs report different metrics: {', '.join(sorted(metrics))}")
+    (metric,) = metrics
+    print(f"| run | label | epochs | best epoch | val {metric} | test {metric} |\n|---|---|---|---|---|---|")
+    for run, label, history in zip(args.runs, labels, histories, strict=True):
+        best = best_evaluation(history, higher_is_better(metric)) or {}
+        columns = (("epoch", 0), ("val", 4), ("test", 4))
+        cells = [_number_or_dash(best.get(key), digits) for key, digits in columns]
+        print(f"| {run} | {label} | {len(history)} | {' | '.join(cells)} |")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    plot_comparison(args.out, list(zip(labels, histories, strict=True)), metric)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _number_or_dash(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
 def _analysis_probe(args: argparse.Namespace) -> int:
     from kmipgt.analysis import neighbourhood_probe
     from kmipgt.train.datasets import node_coords, prepare_data
@@ -781,6 +811,16 @@ def _add_analysis(commands: argparse._SubParsersAction) -> None:
     )
     probe.add_argument("--out", type=Path, default=None, help="also write the rows as JSON here")
     probe.set_defaults(handler=_analysis_probe, config_allocator=True)
+    curves = analysis.add_parser(
+        "curves", help="several runs' training loss and validation metric on one plot, best epochs as a table"
+    )
+    curves.add_argument("runs", type=Path, nargs="+", help="run directories written by kmipgt train")
+    curves.add_argument(
+        "--labels", type=_csv(str), default=None,
+        help="comma-separated label per run (default: folder names); runs sharing a label share a colour",
+    )
+    curves.add_argument("--out", type=Path, default=Path("curves.png"), help="the plot (default curves.png)")
+    curves.set_defaults(handler=_analysis_curves)
     wl = analysis.add_parser(
         "wl", help="S-SEG-WL test: can GraphGPS with this structural encoding tell two graphs apart?"
     )
