@@ -711,7 +711,9 @@ def _analysis_curves(args: argparse.Namespace) -> int:
     from kmipgt.train.metrics import higher_is_better
     from kmipgt.train.report import best_evaluation, plot_comparison, read_history
 
-    labels = args.labels or [run.name for run in args.runs]
+    names = [run.name for run in args.runs]
+    # Runs that share a label share a colour, as seeds of one model: a name clash must not pose as one.
+    labels = args.labels or (names if len(set(names)) == len(names) else [str(run) for run in args.runs])
     if len(labels) != len(args.runs):
         raise ValueError(f"--labels names {len(labels)} runs, {len(args.runs)} are given")
     histories = [read_history(run) for run in args.runs]

@@ -1,13 +1,14 @@
 """`kmipgt analysis curves`: several runs' learning curves on one plot, and their best epochs as a table."""
 
 import csv
+import json
 from pathlib import Path
 
 import pytest
 import yaml
 
 from kmipgt.cli import main
-from kmipgt.train.report import best_evaluation, read_history
+from kmipgt.train.report import read_history
 from tiny_runs import train_tiny_city
 
 
@@ -41,10 +42,16 @@ def test_the_table_gives_each_runs_first_best_validation_epoch(tmp_path, capsys)
     assert out.stat().st_size > 1000
 
 
-def test_for_mae_the_lowest_validation_error_is_best(tmp_path):
-    history = read_history(_run(tmp_path / "r", "mae", [0.4, 0.3, 0.35], [0.5, 0.31, 0.2]))
-    assert best_evaluation(history, higher_is_better=False)["epoch"] == 2
-    assert best_evaluation(history)["epoch"] == 1
+def test_for_mae_the_lowest_validation_error_is_best(tmp_path, capsys):
+    run = _run(tmp_path / "r", "mae", [0.4, 0.3, 0.35], [0.5, 0.31, 0.2])
+    assert main(["analysis", "curves", str(run), "--out", str(tmp_path / "c.png")]) == 0
+    assert _table(capsys.readouterr().out) == [[str(run), "r", "3", "2", "0.3000", "0.3100"]]
+
+
+def test_runs_with_the_same_folder_name_are_labelled_by_their_paths(tmp_path, capsys):
+    runs = [_run(tmp_path / sweep / "seed=0", "ap", [0.5], [0.4]) for sweep in ("a", "b")]
+    assert main(["analysis", "curves", *map(str, runs), "--out", str(tmp_path / "c.png")]) == 0
+    assert [row[1] for row in _table(capsys.readouterr().out)] == [str(run) for run in runs]
 
 
 @pytest.mark.parametrize(
@@ -74,5 +81,7 @@ def test_a_trained_runs_log_is_read_as_written(tmp_path, capsys, monkeypatch):
     capsys.readouterr()
     assert main(["analysis", "curves", str(tmp_path / "run"), "--out", str(tmp_path / "c.png")]) == 0
     (row,) = _table(capsys.readouterr().out)
-    best = best_evaluation(history)
-    assert row[1:] == ["run", "2", f"{best['epoch']:.0f}", f"{best['val']:.4f}", f"{best['test']:.4f}"]
+    # The Trainer's own choice of checkpoint, and its test metric, from metrics.json.
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert row[1:4] == ["run", "2", str(metrics["best_epoch"])]
+    assert row[5] == f"{metrics['test']:.4f}"

@@ -294,7 +294,7 @@ def test_a_virtual_node_is_counted_apart_and_hops_are_those_of_the_graph_without
     lengths = [dict(nx.all_pairs_shortest_path_length(nx.Graph(g.edge_index.t().tolist()))) for g in plain]
     for entry in result["layers"]:
         layer, head, stats = entry["layer"], entry["head"], entry["stats"]
-        histogram, on_hub, total = np.zeros(HOP_BINS), 0.0, 0.0
+        histogram, on_hub, total, distinct = np.zeros(HOP_BINS), 0.0, 0.0, 0
         for selection, hop, p in zip(per_graph, lengths, plain):
             index, weight = selection[layer].index[:, head], selection[layer].weight[:, head].double()
             for q in range(p.num_nodes):
@@ -305,13 +305,25 @@ def test_a_virtual_node_is_counted_apart_and_hops_are_those_of_the_graph_without
                     else:
                         h = hop[q].get(key, -1)
                         histogram[h if h >= 0 else HOP_BINS - 1] += w
+            distinct += len(set(index[(weight > 0) & (index != p.num_nodes)].tolist()))
         assert stats["weight_on_virtual_node"] == pytest.approx(on_hub / total)
         assert list(stats["hops_histogram"].values()) == pytest.approx(histogram / histogram.sum(), abs=1e-9)
+        assert stats["distinct_keys"] == distinct  # the graphs' own nodes
+    # The message passing reads the hub too: 1 / (degree + 1) of each atom's aggregate.
+    mpnn = result["mpnn_reference"]
+    degrees = [d for g in plain for _, d in nx.Graph(g.edge_index.t().tolist()).degree()]
+    assert mpnn["weight_on_virtual_node"] == pytest.approx(np.mean([1 / (d + 1) for d in degrees]))
+    assert mpnn["hops_histogram"]["1"] == pytest.approx(1.0) and mpnn["mean_hops"] == 1.0
     uniform = result["uniform_reference"]
     assert uniform["weight_on_virtual_node"] == 0.0 and uniform["hops_histogram"][">64"] == 0.0
     # Without the flag every pair is at most 2 hops apart, through the hub.
     through = explain_graphs(model, DataLoader(graphs, batch_size=2), k=6)["uniform_reference"]
     assert through["mean_hops"] <= 2 < uniform["mean_hops"] and through["weight_on_virtual_node"] is None
+    # One graph: the same counts, and the hub is refused as a listed query.
+    single = explain(model, graphs[2], torch.arange(13), [0, 4], k=6, virtual_node=True)
+    assert single["num_nodes"] == single["num_queries"] == 12
+    with pytest.raises(ValueError, match="node 12 is the virtual node"):
+        explain(model, graphs[2], torch.arange(13), [0, 12], k=6, virtual_node=True)
 
 
 def test_without_node_labels_the_label_figures_are_null():

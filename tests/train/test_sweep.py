@@ -109,6 +109,8 @@ def test_command_line_overrides_join_the_files_set(tmp_path):
         load_sweep(path, overrides=["seed=4"])
     with pytest.raises(ValueError, match=r"key\.sub=value"):
         load_sweep(path, overrides=["optim.epochs"])
+    with pytest.raises(ValueError, match="--set must not set out_dir"):
+        load_sweep(path, overrides=["out_dir=x"])
 
 
 @pytest.mark.parametrize(("content", "message"), [
@@ -121,6 +123,7 @@ def test_command_line_overrides_join_the_files_set(tmp_path):
     ({"base": "b.yaml", "grid": {"seed": []}}, "non-empty list"),
     ({"base": "b.yaml", "grid": {"seed": [0]}, "runs": 3}, "unknown sweep keys"),
     ({"base": "b.yaml", "set": {"out_dir": "x"}}, "must not set out_dir"),
+    ({"base": "b.yaml", "set": ["optim.epochs=3"]}, "set must be a mapping"),
     ({"base": "b.yaml", "set": {"seed": 1}, "grid": {"seed": [0]}}, "both fixed"),
 ])
 def test_bad_sweep_files_are_errors(tmp_path, content, message):

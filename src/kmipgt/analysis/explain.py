@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.data import Data
 from tqdm import tqdm
@@ -211,7 +212,7 @@ class _Accumulator:
         if selection.mass is not None:
             sums["mass"] += selection.mass.double().sum(0)
         heads = torch.arange(self.heads)[None, :, None].expand_as(index)
-        self.received[heads[weight > 0], index[weight > 0]] = True
+        self.received[heads[on_graph > 0], index[on_graph > 0]] = True
 
     def stats(self, head: int, context: _Context, mass: bool = False) -> dict[str, Any]:
         """The statistics of one head (see :func:`explain`)."""
@@ -291,7 +292,8 @@ def _chunks(nodes: Tensor, size: int = _CHUNK) -> list[Tensor]:
 
 
 def _add_mpnn_reference(accumulator: _Accumulator, context: _Context) -> None:
-    """Fold in the 1-hop neighbourhood of each split query, with uniform weights."""
+    """Fold in the 1-hop neighbourhood of each split query, with uniform weights (the graph's virtual node,
+    if any, is one more neighbour: the message passing reads it too)."""
     adjacency = context.adjacency
     degree = torch.from_numpy(np.diff(adjacency.indptr))
     width = max(1, int(degree.max()))
@@ -302,8 +304,14 @@ def _add_mpnn_reference(accumulator: _Accumulator, context: _Context) -> None:
     for sources in _chunks(context.split_nodes, max(1, _CHUNK * 16 // width)):
         slots = torch.arange(width)
         valid = slots < degree[sources, None]
-        index = indices[torch.where(valid, indptr[sources, None] + slots, indices.numel() - 1)][:, None, :]
-        weight = (valid / degree[sources, None].clamp(min=1))[:, None, :]
+        index = indices[torch.where(valid, indptr[sources, None] + slots, indices.numel() - 1)]
+        count = degree[sources, None]
+        if context.virtual is not None:
+            hub = context.ptr[context.owner[sources] + 1] - 1  # each graph's last node
+            index, valid = torch.cat([index, hub[:, None]], 1), F.pad(valid, (0, 1), value=True)
+            count = count + 1
+        index = index[:, None, :]
+        weight = (valid / count.clamp(min=1))[:, None, :]
         selection = AttentionSelection(index, weight, weight)
         accumulator.add(sources, selection, _key_hops(context, sources, index), context)
 
@@ -501,6 +509,9 @@ def explain(
     queries = check_queries(queries, graph.num_nodes)
     split_nodes = check_queries(split_nodes, graph.num_nodes)
     context = _context(graph, split_nodes, labels, train_mask, virtual_node)
+    if context.virtual is not None and bool(context.virtual[queries].any()):
+        hub = int(queries[context.virtual[queries]][0])
+        raise ValueError(f"node {hub} is the virtual node: it is no query")
     rows: dict[tuple[int, int], list] = {}
 
     def listed(number: int, selection: AttentionSelection) -> None:
@@ -512,7 +523,8 @@ def explain(
     with _bar(progress, len(layers) * len(_chunks(split_nodes))) as bar:
         explainer = _Explainer(model, k, layers, bar, seed)
         explainer.observe(graph, context, listed)
-    return explainer.result(context, graph.num_nodes, heads, rows)
+    virtual = 0 if context.virtual is None else int(context.virtual.sum())
+    return explainer.result(context, graph.num_nodes - virtual, heads, rows)
 
 
 def explain_graphs(

@@ -115,14 +115,15 @@ def load_sweep(path: str | Path, out: str | Path | None = None, overrides: Seque
         raise ValueError(f"unknown sweep keys {unknown}; known: {list(SWEEP_KEYS)}")
     if "base" not in content:
         raise ValueError(f"sweep {path} needs a base config ('base: configs/....yaml')")
-    fixed = _mapping({**(content.get("set") or {}), **dict(map(parse_override, overrides))}, "set")
+    command_line = _mapping(dict(map(parse_override, overrides)), "--set")
+    fixed = {**_mapping(content.get("set") or {}, "set"), **command_line}
     grid = _mapping(content.get("grid") or {}, "grid")
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
             raise ValueError(f"grid key {key!r} needs a non-empty list of values, got {values!r}")
     both = sorted(set(fixed) & set(grid))
     if both:
-        raise ValueError(f"keys both fixed by 'set' and varied by 'grid': {both}")
+        raise ValueError(f"keys both fixed by 'set' (or --set) and varied by 'grid': {both}")
     variants = _variants(content.get("variants"), fixed, grid)
     out = Path(out or content.get("out") or Path("runs/sweeps") / path.stem)
     return Sweep(path, config_path(content["base"]), fixed, grid, out, variants)
@@ -140,7 +141,7 @@ def _variants(content: Any, fixed: dict[str, Any], grid: dict[str, list[Any]]) -
     for name, overrides in variants.items():
         clash = sorted(set(overrides) & (set(fixed) | set(grid)))
         if clash:
-            raise ValueError(f"variant {name!r} sets keys that 'set' or 'grid' also set: {clash}")
+            raise ValueError(f"variant {name!r} sets keys that 'set' (or --set) or 'grid' also set: {clash}")
     return variants
 
 
