@@ -706,8 +706,7 @@ def _spread_text(spread: tuple[float, float, float] | None) -> str:
 
 
 def _analysis_curves(args: argparse.Namespace) -> int:
-    import yaml
-
+    from kmipgt.train import load_config
     from kmipgt.train.metrics import higher_is_better
     from kmipgt.train.report import best_evaluation, plot_comparison, read_history
 
@@ -717,7 +716,7 @@ def _analysis_curves(args: argparse.Namespace) -> int:
     if len(labels) != len(args.runs):
         raise ValueError(f"--labels names {len(labels)} runs, {len(args.runs)} are given")
     histories = [read_history(run) for run in args.runs]
-    metrics = {yaml.safe_load((run / "config.yaml").read_text())["task"]["metric"] for run in args.runs}
+    metrics = {load_config(run / "config.yaml").task.metric for run in args.runs}
     if len(metrics) > 1:
         raise ValueError(f"the runs report different metrics: {', '.join(sorted(metrics))}")
     (metric,) = metrics

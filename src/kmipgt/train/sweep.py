@@ -83,6 +83,10 @@ class Sweep:
         the grid's keys."""
         return {VARIANT_AXIS: list(self.variants), **self.grid} if self.variants else dict(self.grid)
 
+    def group_keys(self) -> list[str]:
+        """The axes a summary groups cells by: every one but ``seed``."""
+        return [key for key in self.axes() if key != "seed"]
+
 
 @dataclass
 class Cell:
@@ -350,7 +354,7 @@ def _group_label(entry: dict[str, Any], group_keys: list[str]) -> str:
 
 def summary_markdown(sweep: Sweep, summary: list[dict[str, Any]], metric: str, command: str) -> str:
     """``summary.md``: a table of mean ± sample std (ddof=1) over the finished cells of each group."""
-    group_keys = [key for key in sweep.axes() if key != "seed"]
+    group_keys = sweep.group_keys()
     header = [*group_keys, "n", f"val {metric}", f"test {metric}", "s/epoch", "peak memory (MiB)", "failed"]
     lines = [
         f"# Sweep {sweep.path.name}",
@@ -431,5 +435,5 @@ def write_reports(sweep: Sweep, rows: list[dict[str, Any]], command: str) -> lis
     write_results(sweep.out / "summary.csv", summary)
     metric = next((row["metric"] for row in rows if row["metric"]), "metric")
     (sweep.out / "summary.md").write_text(summary_markdown(sweep, summary, metric, command))
-    plot_summary(sweep.out / "summary.png", summary, [key for key in sweep.axes() if key != "seed"], metric)
+    plot_summary(sweep.out / "summary.png", summary, sweep.group_keys(), metric)
     return summary
