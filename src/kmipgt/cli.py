@@ -500,7 +500,8 @@ def _bench_grf(args: argparse.Namespace) -> int:
         else:
             print(
                 f"{record['method']:>12} N={record['n']:>7}  {record['time_min']:.4f} s  "
-                f"{record['peak_memory_bytes'] / 2**20:9.1f} MiB"
+                f"{record['peak_memory_bytes'] / 2**20:9.1f} MiB peak  "
+                f"{record['page_faults_per_call']:9.0f} page faults per call"
             )
     print(json.dumps(result["summary"], indent=2))
     print(f"wrote {args.out}/grf.json and {args.out}/grf.png")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import networkx as nx
 import pytest
 
@@ -45,16 +47,19 @@ def test_config_sizes_are_powers_of_two_and_validated():
         GRFBenchConfig(n_min=1000, n_max=4000).sizes()
 
 
-def test_benchmark_runs_its_points_in_fresh_processes(tmp_path, monkeypatch):
-    from kmipgt.bench.grf import run_grf_benchmark
+def test_benchmark_runs_its_points_in_fresh_processes(tmp_path, capsys):
+    from kmipgt.cli import main
 
     # Two methods keep the test short (one interpreter start each); the dense one only up to dense_max.
-    monkeypatch.setattr("kmipgt.bench.grf.METHODS", ("grf_layer", "dense"))
-    config = GRFBenchConfig(n_min=64, n_max=128, dense_max=64, repeats=1, max_len=3)
-    result = run_grf_benchmark(config, tmp_path)
-    assert [(r["method"], r["n"]) for r in result["records"]] == [("grf_layer", 64), ("dense", 64),
+    argv = ["bench", "grf", "--n-min", "64", "--n-max", "128", "--dense-max", "64", "--repeats", "1",
+            "--max-len", "3", "--methods", "grf_layer,dense", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    result = json.loads((tmp_path / "grf.json").read_text())
+    # Points in METHODS order per N, whatever the order of --methods.
+    assert [(r["method"], r["n"]) for r in result["records"]] == [("dense", 64), ("grf_layer", 64),
                                                                   ("grf_layer", 128)]
     for record in result["records"]:
         assert record["status"] == "ok", record
-        assert record["time_min"] > 0 and record["grid"][0] == 8
-    assert (tmp_path / "grf.json").is_file() and (tmp_path / "grf.png").is_file()
+        assert record["time_min"] > 0 and record["grid"][0] == 8 and record["page_faults_per_call"] >= 0
+    assert (tmp_path / "grf.png").is_file()
+    assert capsys.readouterr().out.count("page faults per call") == 3

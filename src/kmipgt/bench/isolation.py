@@ -56,17 +56,30 @@ def run_isolated(target: str, params: dict, timeout: float) -> dict:
 
 
 def time_calls(fn: Callable[[], None], repeats: int, warmup: int, device: torch.device) -> dict:
-    """Wall-clock seconds of ``fn`` after ``warmup`` untimed calls: median, min, max over ``repeats``."""
+    """Wall-clock seconds of ``fn`` after ``warmup`` untimed calls: median, min, max over ``repeats``.
+
+    ``page_faults_per_call`` counts the process's minor page faults over the timed calls: memory the
+    allocator took fresh from the kernel (and the kernel zeroed) instead of reusing, a cost that grows with
+    the size of a call's temporaries and that wall-clock time on a shared machine hides in noise.
+    """
     for _ in range(warmup):
         fn()
     times = []
+    faults = _minor_faults()
     for _ in range(repeats):
         _synchronize(device)
         start = time.perf_counter()
         fn()
         _synchronize(device)
         times.append(time.perf_counter() - start)
-    return {"time_median": median(times), "time_min": min(times), "time_max": max(times), "times": times}
+    return {
+        "time_median": median(times), "time_min": min(times), "time_max": max(times), "times": times,
+        "page_faults_per_call": (_minor_faults() - faults) / repeats,
+    }
+
+
+def _minor_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def _synchronize(device: torch.device) -> None:
