@@ -9,9 +9,11 @@ CPU = torch.device("cpu")
 
 
 def _touch_fresh_mapping(num_bytes: int) -> None:
-    # An anonymous mapping bypasses malloc, so every call faults each of its pages whatever the
-    # process's allocator settings.
-    with mmap.mmap(-1, num_bytes) as mapping:
+    # A private anonymous mapping bypasses malloc, so every call faults each of its pages whatever the
+    # process's allocator settings; no huge pages, or one fault would map 512 of them.
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+    with mmap.mmap(-1, num_bytes, flags=flags) as mapping:
+        mapping.madvise(mmap.MADV_NOHUGEPAGE)
         pages = np.frombuffer(mapping, dtype=np.uint8)
         pages[:: mmap.PAGESIZE] = 1
         del pages

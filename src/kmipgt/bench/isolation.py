@@ -58,9 +58,9 @@ def run_isolated(target: str, params: dict, timeout: float) -> dict:
 def time_calls(fn: Callable[[], None], repeats: int, warmup: int, device: torch.device) -> dict:
     """Wall-clock seconds of ``fn`` after ``warmup`` untimed calls: median, min, max over ``repeats``.
 
-    ``page_faults_per_call`` counts the process's minor page faults over the timed calls: memory the
-    allocator took fresh from the kernel (and the kernel zeroed) instead of reusing, a cost that grows with
-    the size of a call's temporaries and that wall-clock time on a shared machine hides in noise.
+    ``page_faults_per_call`` counts the process's minor page faults over the timed calls: pages the kernel
+    mapped because the allocator took memory fresh instead of reusing it, a cost that grows with the size
+    of a call's temporaries and that wall-clock time on a shared machine hides in noise.
     """
     for _ in range(warmup):
         fn()
