@@ -111,9 +111,71 @@ def test_reset_and_redraw():
     assert "GRFAttention(8, heads=2" in repr(module)
 
 
+def _counting_rows(monkeypatch):
+    """Count the node chunks of GRFAttention's inference route, with chunks of 4 nodes."""
+    import kmipgt.nn.attention as attention
+
+    calls = []
+    rows = attention.normalised_kernel_attention_rows
+
+    def counted(*args, **kwargs):
+        calls.append(args[2].shape[0])  # the chunk's queries
+        return rows(*args, **kwargs)
+
+    monkeypatch.setattr(attention, "normalised_kernel_attention_rows", counted)
+    monkeypatch.setattr(attention, "default_chunk_rows", lambda *args: 4)
+    return calls
+
+
+def test_inference_runs_in_node_chunks_and_equals_dense_attention_and_the_autograd_route(monkeypatch):
+    torch.manual_seed(0)
+    module = GRFAttention(
+        8, heads=2, qk_channels=5, qk_dim=3, num_walks=3, max_len=4, seed=0, explicit_mask=True
+    )
+    edge_index, batch = _two_graphs()
+    x, qk_x = torch.randn(11, 8), torch.randn(11, 5)
+    calls = _counting_rows(monkeypatch)
+    with torch.no_grad():
+        out = module(x, batch=batch, edge_index=edge_index, qk_x=qk_x)
+    assert calls == [4, 4, 3]
+    with torch.inference_mode():
+        assert torch.equal(module(x, batch=batch, edge_index=edge_index, qk_x=qk_x), out)
+    assert len(calls) == 6
+
+    autograd = module(x, batch=batch, edge_index=edge_index, qk_x=qk_x)
+    assert len(calls) == 6 and autograd.requires_grad
+    torch.testing.assert_close(out, autograd.detach(), rtol=1e-6, atol=1e-6)
+    walks = module.core.walks(edge_index, 11)
+    phi = torch.stack(
+        [sum(module.core.f[h, t] * walks.step_matrix(t).to_dense() for t in range(5)) for h in range(2)]
+    )
+    q, k = (lin(qk_x).view(11, 2, 3) for lin in (module.lin_query, module.lin_key))
+    kernel = torch.einsum("ihd,jhd->hij", q.relu(), k.relu()) * (phi @ phi.transpose(1, 2))
+    attended = torch.einsum("hij,jhe->ihe", kernel, module.lin_value(x).view(11, 2, 4))
+    attended = attended / (kernel.sum(-1).T[..., None] + 1e-6)
+    torch.testing.assert_close(out, module.lin_out(attended.reshape(11, 8)).detach(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"feature_map": "elu"}, {"global_weight": 0.2}, {"explicit_mask": False}, {"form": "asymmetric"}],
+)
+def test_inference_on_other_routes_takes_the_autograd_route(monkeypatch, options):
+    module = GRFAttention(8, heads=2, num_walks=3, max_len=4, seed=0, **options)
+    edge_index, batch = _two_graphs()
+    x = torch.randn(11, 8)
+    calls = _counting_rows(monkeypatch)
+    with torch.no_grad():
+        out = module(x, batch=batch, edge_index=edge_index)
+    assert calls == []
+    assert torch.equal(out, module(x, batch=batch, edge_index=edge_index).detach())
+
+
 def test_bad_input_is_rejected():
     module = GRFAttention(8, heads=2)
     with pytest.raises(ValueError, match="edge_index"):
+        module(torch.randn(4, 8))
+    with torch.no_grad(), pytest.raises(ValueError, match="edge_index"):
         module(torch.randn(4, 8))
     with pytest.raises(ValueError, match="x"):
         module(torch.randn(4, 7), edge_index=torch.tensor([[0], [1]]))

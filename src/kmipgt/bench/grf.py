@@ -20,7 +20,8 @@ random ``q, k, v`` ``[N, H, d]``:
 
 - ``grf_layer`` / ``linear_layer``: a whole attention layer (q, k, v and output projections of
   ``heads * head_channels`` channels) around ``grf`` (:class:`kmipgt.nn.GRFAttention`, walks cached
-  after its first call) or around unmasked linear attention.
+  after its first call; without autograd it runs a chunk of nodes at a time) or around unmasked linear
+  attention.
 
 Forward passes run under ``torch.no_grad()`` with ``threads`` torch threads (default 1: on a CPU
 shared with other jobs, every OpenMP-parallel op waited ~20 ms for its descheduled second thread in

@@ -7,6 +7,7 @@ learnable graph masks ``M = Σ_k α_k W^k`` applied to linear attention in O(N) 
 
 from kmipgt.grf.attention import (
     asymmetric_masked_attention,
+    block_mask,
     linear_attention,
     masked_linear_attention,
     pattern_masked_attention,
@@ -23,6 +24,7 @@ __all__ = [
     "GRFWalks",
     "apply_feature_map",
     "asymmetric_masked_attention",
+    "block_mask",
     "grf_feature_values",
     "grf_features",
     "grf_mask",

@@ -26,7 +26,8 @@ from kmipgt.grf.sparse import CSRPattern, sampled_dot, sparse_dense_matmul
 from kmipgt.ops.ragged import graph_ptr
 
 __all__ = [
-    "asymmetric_masked_attention", "linear_attention", "masked_linear_attention", "pattern_masked_attention",
+    "asymmetric_masked_attention", "block_mask", "linear_attention", "masked_linear_attention",
+    "pattern_masked_attention",
 ]
 
 SCORES = ("softmax", *FEATURE_MAPS)
@@ -242,12 +243,19 @@ def pattern_masked_attention(
     if global_weight < 0:
         raise ValueError(f"`global_weight` must be non-negative, got {global_weight}")
     graph = _graph_index(n, ptr, batch, query.device) if global_weight > 0 else None
-    mask = grf_mask_values(values, mask_pattern)
-    weights = mask.expand(heads, -1).reshape(-1)
+    block, weights = block_mask(values, mask_pattern, heads)
     return _edge_list_attention(
-        query, key, value, mask_pattern.block_pattern(heads), weights, feature_map, projection, None,
-        global_weight, graph, eps, chunk_rows,
+        query, key, value, block, weights, feature_map, projection, None, global_weight, graph, eps,
+        chunk_rows,
     )
+
+
+def block_mask(feature_values: Tensor, mask_pattern: GRFMaskPattern, heads: int) -> tuple[CSRPattern, Tensor]:
+    """The explicit mask ``M̂`` of every head as one block-diagonal ``[H·N, H·N]`` matrix: its CSR pattern
+    (head-major rows, cached in ``mask_pattern``) and ``[H·M]`` values, from the ``[1, P]`` or ``[H, P]``
+    values of ``Φ̂`` (:func:`kmipgt.grf.grf_feature_values`)."""
+    mask = grf_mask_values(feature_values, mask_pattern)
+    return mask_pattern.block_pattern(heads), mask.expand(heads, -1).reshape(-1)
 
 
 def linear_attention(

@@ -31,6 +31,7 @@ __all__ = [
     "FUSED_FEATURE_MAPS",
     "default_chunk_rows",
     "normalised_kernel_attention",
+    "normalised_kernel_attention_rows",
     "weighted_kernel_sums",
 ]
 
@@ -73,17 +74,21 @@ def _chunks(pattern: CSRPattern, chunk_rows: int, segment: int | None = None) ->
     bounds = [*starts, num_rows]
     offsets = pattern.crow[torch.tensor(bounds, device=pattern.crow.device)].tolist()
     for i, start in enumerate(starts):
-        stop, first, last = bounds[i + 1], offsets[i], offsets[i + 1]
-        yield _Chunk(
-            start,
-            stop,
-            first,
-            last,
-            pattern.row[first:last] - start,
-            pattern.crow[start : stop + 1] - first,
-            pattern.col[first:last],
-            num_rows,
-        )
+        yield _chunk(pattern, start, bounds[i + 1], offsets[i], offsets[i + 1])
+
+
+def _chunk(pattern: CSRPattern, start: int, stop: int, first: int, last: int) -> _Chunk:
+    """Rows ``start:stop`` of ``pattern``, whose entries are ``first:last``."""
+    return _Chunk(
+        start,
+        stop,
+        first,
+        last,
+        pattern.row[first:last] - start,
+        pattern.crow[start : stop + 1] - first,
+        pattern.col[first:last],
+        pattern.num_nodes,
+    )
 
 
 def default_chunk_rows(pattern: CSRPattern, width: int, element_size: int = 4) -> int:
@@ -259,3 +264,43 @@ def normalised_kernel_attention(
     return _NormalisedAttention.apply(
         pattern, weights.to(value1.dtype), query, phi_k, value1, eps, chunk_rows
     )
+
+
+def normalised_kernel_attention_rows(
+    pattern: CSRPattern, weights: Tensor, query: Tensor, phi_k: Tensor, value1: Tensor, start: int, *,
+    eps: float = 1e-6,
+) -> Tensor:
+    """Rows ``start:start + c`` of :func:`normalised_kernel_attention`, from those nodes' queries alone.
+
+    For a caller that builds the queries a chunk of nodes at a time (``GRFAttention`` without autograd):
+    with ``c`` equal to the ``chunk_rows`` of the whole call, and chunks starting at its multiples, the
+    rows are those of the whole call bit for bit on CPU. No autograd: the backward of the whole call
+    needs all queries.
+
+    Args:
+        pattern, weights, phi_k, value1, feature map (ReLU): as in :func:`normalised_kernel_attention`.
+        query: ``[c, H, d]`` raw queries of nodes ``start:start + c``.
+        start: the first node.
+        eps: added to the normaliser (the default of the GRF attention functions).
+
+    Returns:
+        ``[c, H, d_v]``.
+    """
+    rows, heads = query.shape[:2]
+    num_nodes = pattern.num_nodes // heads
+    if pattern.num_nodes != num_nodes * heads or not 0 <= start <= num_nodes - rows:
+        raise ValueError(
+            f"nodes {start}:{start + rows} of {heads} heads do not lie in a pattern of "
+            f"{pattern.num_nodes} rows"
+        )
+    dim_v = value1.shape[1] - 1
+    out = value1.new_empty(rows, heads, dim_v)
+    bounds = [h * num_nodes + b for h in range(heads) for b in (start, start + rows)]
+    offsets = pattern.crow[torch.tensor(bounds, device=pattern.crow.device)].tolist()
+    weights = weights.to(value1.dtype)
+    for head in range(heads):
+        first, last = offsets[2 * head], offsets[2 * head + 1]
+        c = _chunk(pattern, bounds[2 * head], bounds[2 * head + 1], first, last)
+        sums = _chunk_sums(c, weights, torch.relu(query[:, head].contiguous()), phi_k, value1)
+        out[:, head] = sums[:, :dim_v] / (sums[:, dim_v:] + eps)
+    return out

@@ -18,9 +18,11 @@ from torch import Tensor
 
 from kmipgt.grf import (
     FEATURE_MAPS,
+    CSRPattern,
     GRFMaskPattern,
     GRFWalks,
     asymmetric_masked_attention,
+    block_mask,
     grf_feature_values,
     grf_features,
     grf_mask_pattern,
@@ -29,6 +31,7 @@ from kmipgt.grf import (
     pattern_masked_attention,
     sample_walks,
 )
+from kmipgt.grf.edge_sums import FUSED_FEATURE_MAPS
 from kmipgt.grf.sparse import index_dtype
 from kmipgt.nn.cores import AttentionCore
 from kmipgt.ops.ragged import graph_ptr
@@ -314,11 +317,9 @@ class GRFCore(AttentionCore):
         self, query: Tensor, key: Tensor, value: Tensor, edge_index: Tensor | None = None,
         batch: Tensor | None = None,
     ) -> Tensor:
-        if edge_index is None:
-            raise ValueError("GRF attention needs `edge_index`: the mask is built from walks on the graph")
         n = query.shape[0]
         ptr = graph_ptr(n, batch=batch) if batch is not None else None
-        walks = self.walks(edge_index, n, ptr)
+        walks = self._graph_walks(edge_index, n, ptr)
         f = self.f.to(query.dtype)
         options = {"projection": self.projection, "global_weight": self.global_weight, "ptr": ptr}
         pattern = self._mask_pattern(walks)
@@ -333,6 +334,28 @@ class GRFCore(AttentionCore):
             feature_map = self.feature_map
             return masked_linear_attention(query, key, value, features, feature_map=feature_map, **options)
         return asymmetric_masked_attention(query, key, value, features, score=self.feature_map, **options)
+
+    def _graph_walks(self, edge_index: Tensor | None, num_nodes: int, ptr: Tensor | None) -> GRFWalks:
+        if edge_index is None:
+            raise ValueError("GRF attention needs `edge_index`: the mask is built from walks on the graph")
+        return self.walks(edge_index, num_nodes, ptr)
+
+    def fused_block_mask(
+        self, edge_index: Tensor | None, num_nodes: int, batch: Tensor | None = None
+    ) -> tuple[CSRPattern, Tensor] | None:
+        r"""The mask of every head as one block-diagonal ``[H·N, H·N]`` CSR pattern and its ``[H·M]`` values
+        (:func:`kmipgt.grf.block_mask`) when this core computes through the explicit mask with ReLU features
+        and no global term, its default: the route that
+        :func:`~kmipgt.grf.edge_sums.normalised_kernel_attention_rows` can take a chunk of nodes at a time.
+        ``None`` on every other route."""
+        if self.form != "symmetric" or self.feature_map not in FUSED_FEATURE_MAPS or self.global_weight > 0:
+            return None
+        ptr = graph_ptr(num_nodes, batch=batch) if batch is not None else None
+        walks = self._graph_walks(edge_index, num_nodes, ptr)
+        pattern = self._mask_pattern(walks)
+        if pattern is None:
+            return None
+        return block_mask(grf_feature_values(walks, self.f), pattern, self.heads)
 
     def extra_repr(self) -> str:
         return (
