@@ -164,19 +164,19 @@ def test_relu_features_leave_the_inputs_untouched(walks):
     assert torch.equal(q, saved[0]) and torch.equal(k, saved[1])
 
 
-@pytest.mark.parametrize("chunk_rows", [1, 7, 64, 10**9])
-def test_rows_of_normalised_attention_equal_the_whole_call_bit_for_bit(walks, chunk_rows):
+@pytest.mark.parametrize("chunk_rows", CHUNKS)
+def test_rows_of_normalised_attention_equal_the_whole_call_bit_for_bit_whatever_the_chunks(walks, chunk_rows):
     n = walks.num_nodes
     q, k, v, theta = (t.detach() for t in _inputs(n, torch.float32))
     values = grf_feature_values(walks, torch.nn.functional.softplus(theta))
     block, weights = block_mask(values, grf_mask_pattern(walks), HEADS)
     phi_k = torch.relu(k).transpose(0, 1).reshape(HEADS * n, -1)
     value1 = torch.nn.functional.pad(v, (0, 1), value=1.0).transpose(0, 1).reshape(HEADS * n, -1)
-    whole = normalised_kernel_attention(
-        block, weights, q, phi_k, value1, "relu", eps=1e-6, chunk_rows=chunk_rows
-    )
+    whole = normalised_kernel_attention(block, weights, q, phi_k, value1, "relu", eps=1e-6)
     rows = [
-        normalised_kernel_attention_rows(block, weights, q[start : start + chunk_rows], phi_k, value1, start)
+        normalised_kernel_attention_rows(
+            block, weights, q[start : start + chunk_rows], phi_k, value1, start, eps=1e-6
+        )
         for start in range(0, n, chunk_rows)
     ]
     assert torch.equal(torch.cat(rows), whole)
@@ -186,7 +186,13 @@ def test_rows_outside_the_pattern_are_rejected(walks):
     n = walks.num_nodes
     block, weights = block_mask(torch.rand(1, walks.nnz), grf_mask_pattern(walks), HEADS)
     phi_k, value1 = torch.rand(HEADS * n, 4), torch.rand(HEADS * n, 5)
+
+    def rows(query, start, keys=phi_k):
+        return normalised_kernel_attention_rows(block, weights, query, keys, value1, start, eps=0.0)
+
     with pytest.raises(ValueError, match="do not lie in a pattern"):
-        normalised_kernel_attention_rows(block, weights, torch.rand(8, HEADS, 4), phi_k, value1, n - 4)
+        rows(torch.rand(8, HEADS, 4), n - 4)
     with pytest.raises(ValueError, match="do not lie in a pattern"):
-        normalised_kernel_attention_rows(block, weights, torch.rand(8, HEADS + 1, 4), phi_k, value1, 0)
+        rows(torch.rand(8, HEADS + 1, 4), 0)
+    with pytest.raises(ValueError, match="pattern's"):
+        rows(torch.rand(8, HEADS, 4), 0, phi_k[1:])

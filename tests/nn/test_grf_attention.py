@@ -111,8 +111,8 @@ def test_reset_and_redraw():
     assert "GRFAttention(8, heads=2" in repr(module)
 
 
-def _counting_rows(monkeypatch):
-    """Count the node chunks of GRFAttention's inference route, with chunks of 4 nodes."""
+def _counting_rows(monkeypatch, chunk_nodes=4):
+    """Count the node chunks of GRFAttention's inference route, with chunks of ``chunk_nodes`` nodes."""
     import kmipgt.nn.attention as attention
 
     calls = []
@@ -123,37 +123,48 @@ def _counting_rows(monkeypatch):
         return rows(*args, **kwargs)
 
     monkeypatch.setattr(attention, "normalised_kernel_attention_rows", counted)
-    monkeypatch.setattr(attention, "default_chunk_rows", lambda *args: 4)
+    monkeypatch.setattr(attention, "default_chunk_rows", lambda *args: chunk_nodes)
     return calls
 
 
-def test_inference_runs_in_node_chunks_and_equals_dense_attention_and_the_autograd_route(monkeypatch):
+@pytest.mark.parametrize("heads", [1, 2])
+@pytest.mark.parametrize("chunk_nodes", [4, 11, 64])
+@pytest.mark.parametrize("separate_qk", [True, False])
+def test_inference_runs_in_node_chunks_and_equals_dense_attention_and_the_autograd_route(
+    monkeypatch, heads, chunk_nodes, separate_qk
+):
     torch.manual_seed(0)
-    module = GRFAttention(
-        8, heads=2, qk_channels=5, qk_dim=3, num_walks=3, max_len=4, seed=0, explicit_mask=True
-    )
+    qk_options = {"qk_channels": 5, "qk_dim": 3} if separate_qk else {}
+    module = GRFAttention(8, heads=heads, num_walks=3, max_len=4, seed=0, explicit_mask=True, **qk_options)
+    with torch.no_grad():
+        module.core.theta.normal_()  # a different mask per head
     edge_index, batch = _two_graphs()
-    x, qk_x = torch.randn(11, 8), torch.randn(11, 5)
-    calls = _counting_rows(monkeypatch)
+    x = torch.randn(11, 8)
+    qk_x = torch.randn(11, 5) if separate_qk else None
+    calls = _counting_rows(monkeypatch, chunk_nodes)
     with torch.no_grad():
         out = module(x, batch=batch, edge_index=edge_index, qk_x=qk_x)
-    assert calls == [4, 4, 3]
+    expected_chunks = [min(chunk_nodes, 11 - start) for start in range(0, 11, chunk_nodes)]
+    assert calls == expected_chunks
     with torch.inference_mode():
         assert torch.equal(module(x, batch=batch, edge_index=edge_index, qk_x=qk_x), out)
-    assert len(calls) == 6
+    assert calls == 2 * expected_chunks
 
     autograd = module(x, batch=batch, edge_index=edge_index, qk_x=qk_x)
-    assert len(calls) == 6 and autograd.requires_grad
+    assert calls == 2 * expected_chunks and autograd.requires_grad
     torch.testing.assert_close(out, autograd.detach(), rtol=1e-6, atol=1e-6)
     walks = module.core.walks(edge_index, 11)
     phi = torch.stack(
-        [sum(module.core.f[h, t] * walks.step_matrix(t).to_dense() for t in range(5)) for h in range(2)]
+        [sum(module.core.f[h, t] * walks.step_matrix(t).to_dense() for t in range(5)) for h in range(heads)]
     )
-    q, k = (lin(qk_x).view(11, 2, 3) for lin in (module.lin_query, module.lin_key))
+    qk_dim, head_dim = module.qk_dim, module.head_dim
+    qk_input = x if qk_x is None else qk_x
+    q, k = (lin(qk_input).view(11, heads, qk_dim) for lin in (module.lin_query, module.lin_key))
     kernel = torch.einsum("ihd,jhd->hij", q.relu(), k.relu()) * (phi @ phi.transpose(1, 2))
-    attended = torch.einsum("hij,jhe->ihe", kernel, module.lin_value(x).view(11, 2, 4))
+    attended = torch.einsum("hij,jhe->ihe", kernel, module.lin_value(x).view(11, heads, head_dim))
     attended = attended / (kernel.sum(-1).T[..., None] + 1e-6)
-    torch.testing.assert_close(out, module.lin_out(attended.reshape(11, 8)).detach(), rtol=1e-4, atol=1e-5)
+    expected = module.lin_out(attended.reshape(11, heads * head_dim)).detach()
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize(

@@ -268,20 +268,19 @@ def normalised_kernel_attention(
 
 def normalised_kernel_attention_rows(
     pattern: CSRPattern, weights: Tensor, query: Tensor, phi_k: Tensor, value1: Tensor, start: int, *,
-    eps: float = 1e-6,
+    eps: float,
 ) -> Tensor:
     """Rows ``start:start + c`` of :func:`normalised_kernel_attention`, from those nodes' queries alone.
 
-    For a caller that builds the queries a chunk of nodes at a time (``GRFAttention`` without autograd):
-    with ``c`` equal to the ``chunk_rows`` of the whole call, and chunks starting at its multiples, the
-    rows are those of the whole call bit for bit on CPU. No autograd: the backward of the whole call
-    needs all queries.
+    For a caller that builds the queries a chunk of nodes at a time (``GRFAttention`` without autograd).
+    Each row's sums use only that row's entries, so the rows are those of the whole call bit for bit on
+    CPU, whatever the chunks. No autograd: the backward of the whole call needs all queries.
 
     Args:
         pattern, weights, phi_k, value1, feature map (ReLU): as in :func:`normalised_kernel_attention`.
         query: ``[c, H, d]`` raw queries of nodes ``start:start + c``.
         start: the first node.
-        eps: added to the normaliser (the default of the GRF attention functions).
+        eps: added to the normaliser.
 
     Returns:
         ``[c, H, d_v]``.
@@ -292,6 +291,11 @@ def normalised_kernel_attention_rows(
         raise ValueError(
             f"nodes {start}:{start + rows} of {heads} heads do not lie in a pattern of "
             f"{pattern.num_nodes} rows"
+        )
+    if phi_k.shape[0] != pattern.num_nodes or value1.shape[0] != pattern.num_nodes:
+        raise ValueError(
+            f"`phi_k` and `value1` must have the pattern's {pattern.num_nodes} rows (H·N), got "
+            f"{phi_k.shape[0]} and {value1.shape[0]}"
         )
     dim_v = value1.shape[1] - 1
     out = value1.new_empty(rows, heads, dim_v)

@@ -260,14 +260,15 @@ class GRFAttention(ProjectedAttention):
     ``max_len``, ``feature_map``, ``form``, ``global_weight``, ``seed``, ...). The sparse mask kernels
     (``sparse_sampled_addmm``) have no bfloat16/half version: under autocast this module runs in fp32.
 
-    Without autograd (``torch.no_grad()``, ``torch.inference_mode()``) and on the core's default route
+    Without autograd (``torch.no_grad()``, ``torch.inference_mode()``) and on the core's fused route
     (ReLU features through the explicit mask, no global term: :meth:`GRFCore.fused_block_mask`), the
     whole layer runs a chunk of nodes at a time: queries, attention and output projection per chunk, keys
     and values projected a chunk at a time straight into their head-major layout. Of the ``[N, ·]``
     tensors only the key features, ``[v, 1]`` and the output are allocated whole (the autograd route
     allocates seven), so a call at large N takes fewer fresh pages from the allocator (docs/scaling.md,
     "GRF inference in node chunks"). Same result as the autograd route up to float rounding of the
-    projections.
+    projections. Forward hooks on the projections then fire once per chunk, and those on ``core`` not at
+    all.
     """
 
     attn_type = "grf"
@@ -282,22 +283,22 @@ class GRFAttention(ProjectedAttention):
     ) -> Tensor:
         if not torch.is_grad_enabled():
             self._check_input(x, batch, qk_x)
-            mask = self.core.fused_block_mask(edge_index, x.size(0), batch)
-            if mask is not None:
-                with torch.autocast(x.device.type, enabled=False):
-                    return self._chunked_forward(x.float(), None if qk_x is None else qk_x.float(), *mask)
+            with torch.autocast(x.device.type, enabled=False):
+                mask = self.core.fused_block_mask(edge_index, x.size(0), batch)
+                if mask is not None:
+                    x = x.float()
+                    return self._chunked_forward(x, x if qk_x is None else qk_x.float(), *mask)
         return super().forward(x, edge_index, batch, qk_x)
 
-    def _chunked_forward(
-        self, x: Tensor, qk_x: Tensor | None, pattern: CSRPattern, weights: Tensor
-    ) -> Tensor:
-        n, heads, qk_x = x.size(0), self.heads, x if qk_x is None else qk_x
+    def _chunked_forward(self, x: Tensor, qk_x: Tensor, pattern: CSRPattern, weights: Tensor) -> Tensor:
+        n, heads = x.size(0), self.heads
         phi_k = x.new_empty(heads, n, self.qk_dim)
         value1 = x.new_empty(heads, n, self.head_dim + 1)
         value1[..., -1] = 1.0
-        # The node chunks of normalised_kernel_attention: its sums then come out bit for bit.
-        step = default_chunk_rows(pattern, max(self.qk_dim, self.head_dim + 1), value1.element_size())
-        chunks = [(start, min(start + step, n)) for start in range(0, n, step)]
+        # Chunks sized as the autograd route's, so that their temporaries stay about CHUNK_BYTES; every
+        # row's sums use only that row, so the chunking does not change the result.
+        chunk_nodes = default_chunk_rows(pattern, max(self.qk_dim, self.head_dim + 1), value1.element_size())
+        chunks = [(start, min(start + chunk_nodes, n)) for start in range(0, n, chunk_nodes)]
         for start, stop in chunks:
             phi_k[:, start:stop] = self.lin_key(qk_x[start:stop]).view(-1, heads, self.qk_dim).transpose(0, 1)
             value = self.lin_value(x[start:stop]).view(-1, heads, self.head_dim)
@@ -307,7 +308,9 @@ class GRFAttention(ProjectedAttention):
         out = x.new_empty(n, self.channels)
         for start, stop in chunks:
             query = self.lin_query(qk_x[start:stop]).view(-1, heads, self.qk_dim)
-            attended = normalised_kernel_attention_rows(pattern, weights, query, phi_k, value1, start)
+            attended = normalised_kernel_attention_rows(
+                pattern, weights, query, phi_k, value1, start, eps=self.core.eps
+            )
             out[start:stop] = self.lin_out(attended.view(stop - start, -1))
         return out
 

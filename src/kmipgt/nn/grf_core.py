@@ -223,6 +223,9 @@ class GRFCore(AttentionCore):
         - **output:** :math:`(N, H, d)`
     """
 
+    # Added to the normaliser on every route, so that rows with zero mass give 0, not NaN.
+    eps = 1e-6
+
     def __init__(
         self,
         heads: int,
@@ -321,7 +324,9 @@ class GRFCore(AttentionCore):
         ptr = graph_ptr(n, batch=batch) if batch is not None else None
         walks = self._graph_walks(edge_index, n, ptr)
         f = self.f.to(query.dtype)
-        options = {"projection": self.projection, "global_weight": self.global_weight, "ptr": ptr}
+        options = {
+            "projection": self.projection, "global_weight": self.global_weight, "ptr": ptr, "eps": self.eps
+        }
         pattern = self._mask_pattern(walks)
         if pattern is not None:
             # Values of Φ̂ only: the sparse Φ̂ would cache [3, H·P] int64 indices in the shared walks.
@@ -345,9 +350,10 @@ class GRFCore(AttentionCore):
     ) -> tuple[CSRPattern, Tensor] | None:
         r"""The mask of every head as one block-diagonal ``[H·N, H·N]`` CSR pattern and its ``[H·M]`` values
         (:func:`kmipgt.grf.block_mask`) when this core computes through the explicit mask with ReLU features
-        and no global term, its default: the route that
-        :func:`~kmipgt.grf.edge_sums.normalised_kernel_attention_rows` can take a chunk of nodes at a time.
-        ``None`` on every other route."""
+        and no global term (the route ``explicit_mask=None`` picks on sparse graphs with few walkers): the
+        route that :func:`~kmipgt.grf.edge_sums.normalised_kernel_attention_rows` can take a chunk of nodes
+        at a time. ``None`` on every other route. The values are non-negative without a check (the other
+        routes check): ``f = softplus(θ)`` and the walks' loads are."""
         if self.form != "symmetric" or self.feature_map not in FUSED_FEATURE_MAPS or self.global_weight > 0:
             return None
         ptr = graph_ptr(num_nodes, batch=batch) if batch is not None else None
