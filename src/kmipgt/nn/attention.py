@@ -170,9 +170,15 @@ class ProjectedAttention(torch.nn.Module):
             x, qk_x = x.float(), None if qk_x is None else qk_x.float()
             precision = torch.autocast(x.device.type, enabled=False)
         with precision:
-            query, key, value = self.query_key_value(x, qk_x)
-            out = self.core(query, key, value, edge_index, batch)
-            return self.lin_out(out.reshape(x.size(0), self.heads * self.head_dim))
+            return self._attend(x, edge_index, batch, qk_x)
+
+    def _attend(
+        self, x: Tensor, edge_index: Tensor | None, batch: Tensor | None, qk_x: Tensor | None
+    ) -> Tensor:
+        """The projections around the core, on checked inputs in the module's precision."""
+        query, key, value = self.query_key_value(x, qk_x)
+        out = self.core(query, key, value, edge_index, batch)
+        return self.lin_out(out.reshape(x.size(0), self.heads * self.head_dim))
 
     def __repr__(self) -> str:
         options = ", ".join(
@@ -274,21 +280,14 @@ class GRFAttention(ProjectedAttention):
     attn_type = "grf"
     float32_only = True
 
-    def forward(
-        self,
-        x: Tensor,
-        edge_index: Tensor | None = None,
-        batch: Tensor | None = None,
-        qk_x: Tensor | None = None,
+    def _attend(
+        self, x: Tensor, edge_index: Tensor | None, batch: Tensor | None, qk_x: Tensor | None
     ) -> Tensor:
         if not torch.is_grad_enabled():
-            self._check_input(x, batch, qk_x)
-            with torch.autocast(x.device.type, enabled=False):
-                mask = self.core.fused_block_mask(edge_index, x.size(0), batch)
-                if mask is not None:
-                    x = x.float()
-                    return self._chunked_forward(x, x if qk_x is None else qk_x.float(), *mask)
-        return super().forward(x, edge_index, batch, qk_x)
+            mask = self.core.fused_block_mask(edge_index, x.size(0), batch)
+            if mask is not None:
+                return self._chunked_forward(x, x if qk_x is None else qk_x, *mask)
+        return super()._attend(x, edge_index, batch, qk_x)
 
     def _chunked_forward(self, x: Tensor, qk_x: Tensor, pattern: CSRPattern, weights: Tensor) -> Tensor:
         n, heads = x.size(0), self.heads
