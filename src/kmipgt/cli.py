@@ -758,6 +758,7 @@ def _analysis_probe(args: argparse.Namespace) -> int:
         node_coords(graph, config.model.coord_columns),
         hops=tuple(args.hops),
         spatial_k=tuple(args.spatial),
+        label_k=tuple(args.label_k),
     )
     print("| features | test accuracy |\n|---|---|")
     for name, accuracy in rows.items():
@@ -810,6 +811,10 @@ def _add_analysis(commands: argparse._SubParsersAction) -> None:
     probe.add_argument("--hops", type=_csv(int), default=[0, 2, 4, 8, 16], help="hop counts")
     probe.add_argument(
         "--spatial", type=_csv(int), default=[16, 64, 256, 1024], help="spatial neighbourhood sizes"
+    )
+    probe.add_argument(
+        "--label-k", type=_csv(int), default=[1, 5, 15],
+        help="training nodes voting in the nearest-labels rows (their labels, no features)",
     )
     probe.add_argument("--out", type=Path, default=None, help="also write the rows as JSON here")
     probe.set_defaults(handler=_analysis_probe, config_allocator=True)

@@ -4,7 +4,7 @@ import networkx as nx
 import numpy as np
 import torch
 
-from kmipgt.analysis.probe import hop_means, neighbourhood_probe, spatial_means
+from kmipgt.analysis.probe import hop_means, nearest_labels_accuracy, neighbourhood_probe, spatial_means
 
 
 def test_hop_means_equal_dense_random_walk_powers():
@@ -30,6 +30,25 @@ def test_spatial_means_equal_brute_force_nearest():
     torch.testing.assert_close(spatial_means(x, coords, 5), expected)
 
 
+def test_nearest_labels_accuracy_equals_a_brute_force_weighted_vote():
+    gen = torch.Generator().manual_seed(3)
+    n, classes, k = 300, 4, 5
+    coords = torch.rand(n, 2, generator=gen, dtype=torch.float64)
+    y = torch.randint(0, classes, (n,), generator=gen)
+    train = torch.rand(n, generator=gen) < 0.3
+    distances = torch.cdist(coords[~train], coords[train])
+    nearest = distances.topk(k, dim=1, largest=False)
+    votes = torch.zeros(int((~train).sum()), classes, dtype=torch.float64)
+    votes.scatter_add_(1, y[train][nearest.indices], 1.0 / nearest.values)
+    expected = (votes.argmax(1) == y[~train]).double().mean().item()
+    assert nearest_labels_accuracy(coords, y, train, ~train, k) == expected
+    # More voters than training nodes: every training node votes.
+    everyone = int(train.sum())
+    assert nearest_labels_accuracy(coords, y, train, ~train, 10_000) == nearest_labels_accuracy(
+        coords, y, train, ~train, everyone
+    )
+
+
 def test_probe_finds_a_label_planted_in_spatial_neighbourhoods():
     gen = torch.Generator().manual_seed(2)
     n = 2000
@@ -39,11 +58,17 @@ def test_probe_finds_a_label_planted_in_spatial_neighbourhoods():
     y = (spatial_means(x, coords, 200)[:, 0] > 0).long()
     edge_index = torch.randint(0, n, (2, 3 * n), generator=gen)
     train = torch.rand(n, generator=gen) < 0.5
-    rows = neighbourhood_probe(x, y, edge_index, train, ~train, coords, hops=(0, 2), spatial_k=(200,))
+    rows = neighbourhood_probe(
+        x, y, edge_index, train, ~train, coords, hops=(0, 2), spatial_k=(200,), label_k=(5,)
+    )
     assert rows["hops<=0"] < 0.7
     assert rows["hops<=2"] < 0.7
     assert rows["spatial 200"] > 0.9
     assert rows["hops<=2 + spatial 200"] > 0.9
+    # A regional average is smooth in space, so the labelled nodes around a node give its label away.
+    assert rows["nearest labels 5"] > 0.9
+    no_coords = neighbourhood_probe(x, y, edge_index, train, ~train, hops=(0,), label_k=(5,))
+    assert set(no_coords) == {"hops<=0"}
 
 
 def test_probe_command_prints_and_writes_every_row(tmp_path, capsys):
@@ -60,9 +85,10 @@ def test_probe_command_prints_and_writes_every_row(tmp_path, capsys):
     }))
     out = tmp_path / "probe.json"
     assert main(["analysis", "probe", "--config", str(config), "--hops", "0,2", "--spatial", "16",
-                 "--out", str(out)]) == 0
+                 "--label-k", "1,5", "--out", str(out)]) == 0
     rows = json.loads(out.read_text())
-    assert set(rows) == {"config", "overrides", "hops<=0", "hops<=2", "spatial 16", "hops<=2 + spatial 16"}
+    assert set(rows) == {"config", "overrides", "hops<=0", "hops<=2", "spatial 16", "hops<=2 + spatial 16",
+                         "nearest labels 1", "nearest labels 5"}
     printed = capsys.readouterr().out
     assert all(f"| {name} | {rows[name]:.3f} |" in printed for name in ("hops<=0", "spatial 16"))
     assert main(["analysis", "probe", "--config", str(config), "--set", "task.level=graph"]) == 2

@@ -21,7 +21,7 @@ from kmipgt.analysis.explain import (
     summary_rows,
 )
 from kmipgt.analysis.hops import hop_distances, undirected_adjacency
-from kmipgt.analysis.probe import hop_means, neighbourhood_probe, spatial_means
+from kmipgt.analysis.probe import hop_means, nearest_labels_accuracy, neighbourhood_probe, spatial_means
 from kmipgt.analysis.seg_wl import WLResult, seg_wl
 from kmipgt.analysis.tokens import LayerTokens, collect_tokens, kmip_layers, load_tokens, save_tokens
 
@@ -40,6 +40,7 @@ __all__ = [
     "hop_means",
     "kmip_layers",
     "load_tokens",
+    "nearest_labels_accuracy",
     "neighbourhood_probe",
     "run_forward",
     "sample_queries",

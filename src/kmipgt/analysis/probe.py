@@ -4,7 +4,9 @@ A logistic regression is fitted on the training nodes to features averaged over 
 and scored on the test nodes. If averages over the k spatially nearest nodes predict the label better
 than averages over h hops, the label needs information an h-layer MPNN cannot reach but a position-keyed
 global attention could; if they add nothing over the coordinates themselves, a model that already sees
-the coordinates has the regional signal without attention.
+the coordinates has the regional signal without attention. A second kind of row asks what the training
+labels around a node say about it: the vote of the k spatially nearest training nodes, which is what a
+model shown those labels as inputs (``task.label_inputs``) could copy.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import scipy.sparse as sp
 import torch
 from scipy.spatial import cKDTree
 from sklearn.linear_model import LogisticRegression
+from sklearn.neighbors import KNeighborsClassifier
 from torch import Tensor
 
 from kmipgt.analysis.hops import undirected_adjacency
@@ -50,6 +53,19 @@ def _probe_accuracy(features: Tensor, y: Tensor, train: Tensor, test: Tensor, se
     return float(model.score(f[test.numpy()], y[test].numpy()))
 
 
+def nearest_labels_accuracy(
+    coords: Tensor, y: Tensor, train_mask: Tensor, test_mask: Tensor, k: int
+) -> float:
+    """Test accuracy of the distance-weighted vote of each test node's ``k`` spatially nearest training
+    nodes (``coords [N, c]``, ``y [N]``, boolean masks ``[N]``): how much of the label its labelled
+    surroundings give away, without any features."""
+    points, labels = coords.double().numpy(), y.numpy()
+    train, test = train_mask.numpy(), test_mask.numpy()
+    vote = KNeighborsClassifier(min(k, int(train.sum())), weights="distance")
+    vote.fit(points[train], labels[train])
+    return float(vote.score(points[test], labels[test]))
+
+
 def neighbourhood_probe(
     x: Tensor,
     y: Tensor,
@@ -59,22 +75,25 @@ def neighbourhood_probe(
     coords: Tensor | None = None,
     hops: tuple[int, ...] = (0, 2, 4, 8, 16),
     spatial_k: tuple[int, ...] = (16, 64, 256, 1024),
+    label_k: tuple[int, ...] = (1, 5, 15),
     seed: int = 0,
 ) -> dict[str, float]:
     """Test accuracy of a logistic regression on neighbourhood-averaged node features.
 
     Rows: ``"hops<=h"`` (raw features and their 2-, 4-, ... h-step walk means, concatenated),
     ``"spatial k"`` (raw features and their mean over the k nearest nodes by ``coords``) and
-    ``"hops<=H + spatial k"`` (both, H the largest hop count up to 8, what an 8-layer MPNN could see).
+    ``"hops<=H + spatial k"`` (both, H the largest hop count up to 8, what an 8-layer MPNN could see),
+    and ``"nearest labels k"`` (:func:`nearest_labels_accuracy`: no features, the training labels around).
 
     Args:
         x: node features ``[N, F]``.
         y: class labels ``[N]``.
         edge_index: ``[2, E]`` (direction is ignored).
         train_mask, test_mask: boolean ``[N]``.
-        coords: node positions ``[N, c]`` (spatial rows are skipped without them).
+        coords: node positions ``[N, c]`` (the spatial and nearest-labels rows are skipped without them).
         hops: hop counts to report (0 = raw features).
         spatial_k: neighbourhood sizes of the spatial rows.
+        label_k: training nodes voting in the nearest-labels rows.
         seed: the regression's random state.
     """
     if x.dim() != 2 or y.shape != (x.size(0),):
@@ -94,4 +113,6 @@ def neighbourhood_probe(
         rows[f"hops<={min(8, max(hops))} + spatial {k}"] = _probe_accuracy(
             both, y, train_mask, test_mask, seed
         )
+    for k in label_k:
+        rows[f"nearest labels {k}"] = nearest_labels_accuracy(coords, y, train_mask, test_mask, k)
     return rows
