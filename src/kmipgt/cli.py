@@ -90,6 +90,19 @@ def _csv(kind):
     return parse
 
 
+def _hop_range(text: str) -> tuple[int, int]:
+    """``"5"`` -> (5, 5), ``"5-8"`` -> (5, 8): a range of hop counts, inclusive, 1 <= lo <= hi."""
+    message = f"expected hop ranges like 1,2-4,5-8 (1 <= lo <= hi), got {text!r}"
+    lo, dash, hi = text.partition("-")
+    try:
+        bounds = (int(lo), int(hi) if dash else int(lo))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(message) from error
+    if not 1 <= bounds[0] <= bounds[1]:
+        raise argparse.ArgumentTypeError(message)
+    return bounds
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -738,7 +751,7 @@ def _number_or_dash(value: float | None, digits: int) -> str:
 
 
 def _analysis_probe(args: argparse.Namespace) -> int:
-    from kmipgt.analysis import neighbourhood_probe
+    from kmipgt.analysis import label_agreement_by_hops, neighbourhood_probe
     from kmipgt.train.datasets import node_coords, prepare_data
 
     config = _load_config(args.config, args.overrides)
@@ -763,8 +776,13 @@ def _analysis_probe(args: argparse.Namespace) -> int:
     print("| features | test accuracy |\n|---|---|")
     for name, accuracy in rows.items():
         print(f"| {name} | {accuracy:.3f} |")
+    agreement = label_agreement_by_hops(graph.y, graph.edge_index, tuple(args.rings), args.pairs_from)
+    print("\n| hops apart | pairs with the same label | expected from their label mix |\n|---|---|---|")
+    for name, (same, expected) in agreement.items():
+        print(f"| {name} | {same:.3f} | {expected:.3f} |")
     if args.out is not None:
-        record = {"config": str(args.config), "overrides": args.overrides, **rows}
+        same_label = {name: {"same": same, "expected": mix} for name, (same, mix) in agreement.items()}
+        record = {"config": str(args.config), "overrides": args.overrides, **rows, "same_label": same_label}
         args.out.write_text(json.dumps(record, indent=2))
     return 0
 
@@ -815,6 +833,14 @@ def _add_analysis(commands: argparse._SubParsersAction) -> None:
     probe.add_argument(
         "--label-k", type=_csv(int), default=[1, 5, 15],
         help="training nodes voting in the nearest-labels rows (their labels, no features)",
+    )
+    probe.add_argument(
+        "--rings", type=_csv(_hop_range), default=[(1, 1), (2, 4), (5, 8), (9, 16), (17, 32)],
+        help="hop ranges of the same-label rows: how often nodes that far apart share a label",
+    )
+    probe.add_argument(
+        "--pairs-from", type=_positive_int, default=2000,
+        help="source nodes the same-label rows count pairs from",
     )
     probe.add_argument("--out", type=Path, default=None, help="also write the rows as JSON here")
     probe.set_defaults(handler=_analysis_probe, config_allocator=True)

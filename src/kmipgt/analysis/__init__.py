@@ -1,5 +1,6 @@
 """Analysis of trained models and their data: which keys attention attends to, and statistics of them;
-the tokens every k-MIP layer attends with; where a label's signal lies (hop vs spatial neighbourhoods);
+the tokens every k-MIP layer attends with; where a label's signal lies (hop vs spatial neighbourhoods,
+how far apart nodes still share a label);
 the S-SEG-WL test that bounds which graphs GraphGPS can tell apart.
 
 Takes a model and its data (the CLI loads a run through :mod:`kmipgt.train` and hands both in); never
@@ -21,7 +22,13 @@ from kmipgt.analysis.explain import (
     summary_rows,
 )
 from kmipgt.analysis.hops import hop_distances, undirected_adjacency
-from kmipgt.analysis.probe import hop_means, nearest_labels_accuracy, neighbourhood_probe, spatial_means
+from kmipgt.analysis.probe import (
+    hop_means,
+    label_agreement_by_hops,
+    nearest_labels_accuracy,
+    neighbourhood_probe,
+    spatial_means,
+)
 from kmipgt.analysis.seg_wl import WLResult, seg_wl
 from kmipgt.analysis.tokens import LayerTokens, collect_tokens, kmip_layers, load_tokens, save_tokens
 
@@ -39,6 +46,7 @@ __all__ = [
     "hop_distances",
     "hop_means",
     "kmip_layers",
+    "label_agreement_by_hops",
     "load_tokens",
     "nearest_labels_accuracy",
     "neighbourhood_probe",

@@ -6,7 +6,10 @@ than averages over h hops, the label needs information an h-layer MPNN cannot re
 global attention could; if they add nothing over the coordinates themselves, a model that already sees
 the coordinates has the regional signal without attention. A second kind of row asks what the training
 labels around a node say about it: the vote of the k spatially nearest training nodes, which is what a
-model shown those labels as inputs (``task.label_inputs``) could copy.
+model shown those labels as inputs (``task.label_inputs``) could copy. A third statistic needs no
+features and no model: how often two nodes a given number of hops apart share a label. Where that is
+little above what the label mix alone gives beyond an MPNN's reach, the labels of a farther region say
+little about a node's own (its features may still say more).
 """
 
 from __future__ import annotations
@@ -14,12 +17,13 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 import torch
+from scipy.sparse.csgraph import dijkstra
 from scipy.spatial import cKDTree
 from sklearn.linear_model import LogisticRegression
 from sklearn.neighbors import KNeighborsClassifier
 from torch import Tensor
 
-from kmipgt.analysis.hops import undirected_adjacency
+from kmipgt.analysis.hops import _SCIPY_ELEMENTS, undirected_adjacency
 
 
 def hop_means(x: Tensor, edge_index: Tensor, hops: int) -> list[Tensor]:
@@ -64,6 +68,54 @@ def nearest_labels_accuracy(
     vote = KNeighborsClassifier(min(k, int(train.sum())), weights="distance")
     vote.fit(points[train], labels[train])
     return float(vote.score(points[test], labels[test]))
+
+
+def label_agreement_by_hops(
+    y: Tensor, edge_index: Tensor, rings: tuple[tuple[int, int], ...], num_sources: int = 2000, seed: int = 0
+) -> dict[str, tuple[float, float]]:
+    r"""How often two nodes ``lo..hi`` hops apart (inclusive, shortest path, direction ignored) share a label.
+
+    For each ``(lo, hi)`` in ``rings``: ``(same, expected)``, the share of node pairs that far apart with the
+    same label, and the share expected if labels were independent of each other given each side's label
+    mix in those pairs, :math:`\sum_c P(\text{source} = c)\, P(\text{target} = c)` (random pairs of a
+    ring sample some regions more than others, and labels follow regions, so the global
+    :math:`\sum_c p_c^2` would be the wrong baseline). Pairs are counted from ``num_sources`` random source
+    nodes to every node (all nodes if there are fewer): that many BFS, each stopped at the largest ``hi``.
+    A ring with no pairs is left out; keys read ``"lo"`` or ``"lo-hi"``.
+
+    ``y [N]`` integer labels >= 0 (N >= 1), ``edge_index [2, E]``.
+    """
+    if not rings or any(lo < 1 or hi < lo for lo, hi in rings):
+        raise ValueError(f"rings must be one or more (lo, hi) with 1 <= lo <= hi, got {rings}")
+    if num_sources < 1:
+        raise ValueError(f"num_sources must be at least 1, got {num_sources}")
+    if y.dim() != 1 or y.numel() == 0 or y.is_floating_point() or int(y.min()) < 0:
+        raise ValueError(f"y must be [N] integer labels >= 0, got {y.dtype} {list(y.shape)}")
+    n, labels = y.numel(), y.numpy()
+    classes = int(labels.max()) + 1
+    adjacency = undirected_adjacency(edge_index, n)
+    sources = np.sort(np.random.default_rng(seed).choice(n, size=min(num_sources, n), replace=False))
+    cap = max(hi for _, hi in rings)
+    same = np.zeros(len(rings))
+    source_mix = np.zeros((len(rings), classes))
+    target_mix = np.zeros((len(rings), classes))
+    step = max(1, _SCIPY_ELEMENTS // n)  # bounds each call's [sources, N] float64 distance block
+    for start in range(0, sources.size, step):
+        chunk = sources[start:start + step]
+        hops = dijkstra(adjacency, unweighted=True, indices=chunk, limit=cap)
+        agree = labels[chunk][:, None] == labels[None, :]
+        for i, (lo, hi) in enumerate(rings):
+            in_ring = (hops >= lo) & (hops <= hi)
+            same[i] += (in_ring & agree).sum()
+            source_mix[i] += np.bincount(labels[chunk], weights=in_ring.sum(1), minlength=classes)
+            target_mix[i] += np.bincount(labels, weights=in_ring.sum(0), minlength=classes)
+    rows = {}
+    for i, (lo, hi) in enumerate(rings):
+        total = source_mix[i].sum()
+        if total > 0:
+            expected = float(source_mix[i] @ target_mix[i] / total**2)
+            rows[f"{lo}" if lo == hi else f"{lo}-{hi}"] = (float(same[i] / total), expected)
+    return rows
 
 
 def neighbourhood_probe(
