@@ -4,7 +4,13 @@ import numpy as np
 import pytest
 import torch
 
-from kmipgt.data import city_labels, eccentricity_labels, partition_labels, random_split_masks
+from kmipgt.data import (
+    city_labels,
+    eccentricity_labels,
+    partition_labels,
+    random_split_masks,
+    redraw_split_masks,
+)
 
 
 def _random_road_graph(num_nodes: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -83,6 +89,26 @@ def test_random_split_masks_sizes_disjoint_deterministic():
     assert set(np.flatnonzero(train.numpy())) == set(perm[:100].tolist())
     again = random_split_masks(1005)
     assert all(torch.equal(a, b) for a, b in zip((train, val, test), again, strict=True))
+
+
+def test_redraw_split_masks_keeps_sizes_and_nodes_and_matches_random_split_masks():
+    train, val, test = random_split_masks(1005)
+    for seed in (1, 7):  # a split of every node, redrawn, is random_split_masks with that seed
+        redrawn, fresh = redraw_split_masks(train, val, test, seed), random_split_masks(1005, seed=seed)
+        assert all(torch.equal(a, b) for a, b in zip(redrawn, fresh, strict=True))
+    # Nodes outside every mask stay outside; sizes stay; parts stay disjoint; another seed, another split.
+    gen = torch.Generator().manual_seed(0)
+    part = torch.randint(0, 4, (300,), generator=gen)  # 3: in no mask
+    masks = (part == 0, part == 1, part == 2)
+    one, other = redraw_split_masks(*masks, seed=1), redraw_split_masks(*masks, seed=2)
+    assert [int(m.sum()) for m in one] == [int(m.sum()) for m in masks]
+    assert torch.equal(one[0] | one[1] | one[2], part < 3)
+    assert not (one[0] & one[1]).any() and not (one[0] & one[2]).any() and not (one[1] & one[2]).any()
+    assert not torch.equal(one[0], other[0])
+    with pytest.raises(ValueError, match="overlap"):
+        redraw_split_masks(part < 2, part == 1, part == 2, seed=0)
+    with pytest.raises(ValueError, match="boolean"):
+        redraw_split_masks(part, part == 1, part == 2, seed=0)
 
 
 def test_cache_hit_skips_computation(monkeypatch, tmp_path):

@@ -77,6 +77,21 @@ def test_labels_of_neighbours_are_learnt(tmp_path, cliques, kind):
     assert without["test"] < majority + 0.1
 
 
+def test_split_seed_redraws_the_node_split_before_labels_are_shown(tmp_path, cliques):
+    own = prepare_data(_config(tmp_path, 0.5)).graph
+    config = _config(tmp_path, 0.5)
+    config.data.split_seed = 3
+    redrawn = prepare_data(config).graph
+    for mask in ("train_mask", "val_mask", "test_mask"):
+        assert int(redrawn[mask].sum()) == int(own[mask].sum())
+    assert not torch.equal(redrawn.train_mask, own.train_mask)
+    # The label columns show the redrawn split's training labels, not the dataset's own.
+    assert torch.equal(redrawn.x[:, -1].bool(), redrawn.train_mask)
+    config.task.level, config.task.label_inputs = "graph", 0.0
+    with pytest.raises(ValueError, match=r"data\.split_seed needs task\.level: node"):
+        prepare_data(config)
+
+
 def test_label_inputs_need_node_classification(tmp_path, cliques):
     config = _config(tmp_path, 0.5)
     config.task.loss = "l1"

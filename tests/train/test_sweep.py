@@ -1,6 +1,7 @@
 """`kmipgt sweep`: grid expansion, per-cell processes, resume, failures kept per cell, summaries."""
 
 import csv
+import itertools
 import json
 import math
 from pathlib import Path
@@ -20,6 +21,7 @@ from kmipgt.train.sweep import (
     format_value,
     load_sweep,
     numeric_axis,
+    paired_differences,
     plot_summary,
     run_sweep,
     summarize,
@@ -95,6 +97,11 @@ def test_variants_are_a_first_axis_of_keys_set_together(tmp_path):
     table = summary_markdown(sweep, summary, "accuracy", "kmipgt sweep variants.yaml")
     assert '`wide`: `{"model.attention": "none", "model.channels": 12}`' in table
     assert "| variant | n | val accuracy |" in table and "| wide | 2 |" in table
+    paired = paired_differences(rows, list(sweep.axes()))  # test: kmip 0.0, 0.1; wide 0.2, 0.3
+    assert "Paired by seed" not in table
+    table = summary_markdown(sweep, summary, "accuracy", "kmipgt sweep variants.yaml", paired)
+    assert "Paired by seed against variant=kmip" in table
+    assert "| wide | 2 | +0.0000 ± 0.0000 | +0.2000 ± 0.0000 | 2 of 2 |" in table
 
 
 def test_command_line_overrides_join_the_files_set(tmp_path):
@@ -224,6 +231,35 @@ def test_shipped_sweeps_expand_into_configs_that_build(path, monkeypatch):
         data = PreparedData(config.task.level, None, None, in_channels=40, edge_channels=1, out_channels=10,
                             name=config.data.name)
         build_model(config, data)
+
+
+def test_paired_differences_equal_a_direct_computation_per_seed():
+    rng = np.random.default_rng(0)
+    rows = []
+    for variant, graph, seed in itertools.product(("kmip", "none", "gcn"), ("a", "b"), ("0", "1", "2", "3")):
+        val, test = rng.random(2)
+        failed = (variant, graph, seed) in {("none", "a", "2"), ("kmip", "b", "0")}
+        rows.append({"variant": variant, "data.name": graph, "seed": seed,
+                     "status": "failed" if failed else "ok",
+                     "val": "" if failed else str(val), "test": "" if failed else str(test)})
+    paired = paired_differences(rows, ["variant", "data.name", "seed"])
+    assert [(p["variant"], p["data.name"], p["n"]) for p in paired] == [
+        ("none", "a", 3), ("gcn", "a", 4), ("none", "b", 3), ("gcn", "b", 3)]
+    ok = {(r["variant"], r["data.name"], r["seed"]): r for r in rows if r["status"] == "ok"}
+    for entry in paired:
+        seeds = [s for s in "0123" if (entry["variant"], entry["data.name"], s) in ok
+                 and ("kmip", entry["data.name"], s) in ok]
+        for name in ("val", "test"):
+            diffs = np.array([float(ok[(entry["variant"], entry["data.name"], s)][name])
+                              - float(ok[("kmip", entry["data.name"], s)][name]) for s in seeds])
+            assert entry[f"{name}_diff_mean"] == pytest.approx(diffs.mean(), rel=1e-12)
+            assert entry[f"{name}_diff_std"] == pytest.approx(diffs.std(ddof=1), rel=1e-12)
+        higher = sum(float(ok[(entry["variant"], entry["data.name"], s)]["test"])
+                     > float(ok[("kmip", entry["data.name"], s)]["test"]) for s in seeds)
+        assert entry["test_higher"] == higher and entry["against"] == "kmip"
+    # No seed axis, or seed as the only axis: nothing to pair.
+    assert paired_differences(rows, ["variant", "data.name"]) == []
+    assert paired_differences(rows, ["seed"]) == []
 
 
 def test_one_numeric_grid_key_is_plotted_against_its_values(tmp_path):

@@ -12,7 +12,7 @@ from kmipgt.data.point_cloud import digits_knn, knn_graph_dataset
 from kmipgt.data.positional_encodings import LaplacianPE, RandomWalkSE
 from kmipgt.data.registry import DATASETS, Dataset, get_dataset, list_datasets, load_dataset
 from kmipgt.data.road_graph import add_city_labels, haversine_metres, road_network_data, symmetric_edges
-from kmipgt.data.splits import index_to_mask, random_split_masks
+from kmipgt.data.splits import index_to_mask, random_split_masks, redraw_split_masks
 from kmipgt.data.synthetic_city import SYNTHETIC_CITY_FEATURES, synthetic_city
 from kmipgt.data.virtual_node import add_virtual_node, virtual_node_mask
 
@@ -42,6 +42,7 @@ __all__ = [
     "minnesota",
     "partition_labels",
     "random_split_masks",
+    "redraw_split_masks",
     "road_adjacency",
     "road_network_data",
     "symmetric_edges",

@@ -1,4 +1,5 @@
-"""The City-Networks random split: seed-0 permutation, 10% train, 10% validation, 80% test."""
+"""The City-Networks random split (seed-0 permutation, 10% train, 10% validation, 80% test), and the same
+split redrawn with another seed."""
 
 from __future__ import annotations
 
@@ -25,6 +26,29 @@ def random_split_masks(
     num_val = int(num_nodes * val_fraction)
     parts = (perm[:num_train], perm[num_train : num_train + num_val], perm[num_train + num_val :])
     return tuple(pyg_index_to_mask(part, num_nodes) for part in parts)
+
+
+def redraw_split_masks(
+    train_mask: torch.Tensor, val_mask: torch.Tensor, test_mask: torch.Tensor, seed: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Disjoint boolean ``[N]`` masks ``(train, val, test)`` of the same sizes over the same nodes, redrawn.
+
+    The nodes of the three masks, in increasing order, are permuted by ``numpy.random.RandomState(seed)``;
+    the first ``train_mask.sum()`` train, the next ``val_mask.sum()`` validate and the rest test, so on a
+    split of every node this is :func:`random_split_masks` with the same sizes. Nodes outside every mask
+    stay outside. One split scores every training seed of a run, so comparing models over several splits
+    tells a model's gain apart from the luck of which nodes a small validation or test set holds.
+    """
+    masks = (train_mask, val_mask, test_mask)
+    if any(m.dtype != torch.bool or m.shape != train_mask.shape or m.dim() != 1 for m in masks):
+        raise ValueError("train_mask, val_mask and test_mask must be boolean masks of one shape [N]")
+    if bool((train_mask & val_mask).any() | (train_mask & test_mask).any() | (val_mask & test_mask).any()):
+        raise ValueError("train_mask, val_mask and test_mask overlap; a split's parts must be disjoint")
+    nodes = torch.nonzero(train_mask | val_mask | test_mask).flatten()
+    nodes = nodes[torch.from_numpy(np.random.RandomState(seed).permutation(nodes.numel()))]
+    num_train, num_val = int(train_mask.sum()), int(val_mask.sum())
+    parts = (nodes[:num_train], nodes[num_train : num_train + num_val], nodes[num_train + num_val :])
+    return tuple(pyg_index_to_mask(part, train_mask.numel()) for part in parts)
 
 
 def index_to_mask(index: torch.Tensor, num_nodes: int, name: str = "index") -> torch.Tensor:

@@ -24,6 +24,8 @@ class DataConfig:
     ``virtual_node`` (graph level): each graph gets one extra node joined to all of its nodes, with
     marker columns on its features and edges (:func:`kmipgt.data.add_virtual_node`), added after the
     encodings and the z-scoring, so the original nodes' inputs are unchanged.
+    ``split_seed`` (node level): redraw the dataset's train/val/test split with this seed, keeping each
+    part's size (:func:`kmipgt.data.redraw_split_masks`); ``None`` (default): the dataset's own split.
     """
 
     name: str = "minnesota"
@@ -35,6 +37,7 @@ class DataConfig:
     val_edges: float = 0.1
     test_edges: float = 0.1
     virtual_node: bool = False
+    split_seed: int | None = None
 
 
 @dataclass

@@ -9,7 +9,7 @@ from torch_geometric.data import Data
 from torch_geometric.transforms import RandomLinkSplit
 from torch_geometric.utils import is_undirected
 
-from kmipgt.data import LaplacianPE, RandomWalkSE, add_virtual_node, get_dataset
+from kmipgt.data import LaplacianPE, RandomWalkSE, add_virtual_node, get_dataset, redraw_split_masks
 from kmipgt.train.config import Config
 
 SPLITS = ("train", "val", "test")
@@ -148,6 +148,10 @@ def _node_level(raw, config: Config) -> tuple[Data, Data, torch.Tensor]:
         if getattr(raw, mask, None) is None:
             raise ValueError(f"task.level 'node' needs {mask} on the graph")
     graph = _prepare_graph(raw, config)
+    if config.data.split_seed is not None:
+        graph.train_mask, graph.val_mask, graph.test_mask = redraw_split_masks(
+            graph.train_mask, graph.val_mask, graph.test_mask, config.data.split_seed
+        )
     if config.data.normalize_features:
         _standardise_features([graph], [graph])
     if config.task.label_inputs > 0:
@@ -182,6 +186,8 @@ def prepare_data(config: Config) -> PreparedData:
     level = config.task.level
     if level != "node" and config.task.label_inputs > 0:
         raise ValueError("task.label_inputs needs task.level: node")
+    if level != "node" and config.data.split_seed is not None:
+        raise ValueError(f"data.split_seed needs task.level: node, got {level!r}")
     if level != "graph" and config.data.virtual_node:
         raise ValueError(f"data.virtual_node needs task.level: graph, got {level!r}")
     raw = load_raw(config)

@@ -20,7 +20,9 @@ named ``variants``, a first grid axis called ``variant``::
       seed: [0, 1, 2]
 
 Outputs in ``out``: ``cells/<cell>/`` (each cell's run directory), ``results.csv`` (one row per cell),
-``summary.md``, ``summary.csv`` and ``summary.png`` (mean ± sample std over the seeds of each group).
+``summary.md``, ``summary.csv`` and ``summary.png`` (mean ± sample std over the seeds of each group), and,
+when there is a ``seed`` axis, ``paired.csv`` (each value of the first axis against its first value, paired
+by seed: with ``variants``, every variant against the first), also tabled in ``summary.md``.
 """
 
 from __future__ import annotations
@@ -341,6 +343,38 @@ def summarize(rows: list[dict[str, Any]], grid_keys: list[str]) -> list[dict[str
     return summary
 
 
+def paired_differences(rows: list[dict[str, Any]], grid_keys: list[str]) -> list[dict[str, Any]]:
+    """Each value of the first axis against its first value, paired by ``seed``, within each combination of
+    the other axes: n (seeds finished in both), mean and sample std (ddof=1; NaN below two) of the val and
+    test differences (this minus the reference), and ``test_higher``, the seeds where this one's test is
+    higher. A pair shares every value but the compared axis.
+    Empty without a ``seed`` axis or a first axis of two or more values.
+    """
+    if "seed" not in grid_keys or grid_keys[0] == "seed":
+        return []
+    axis, context = grid_keys[0], [key for key in grid_keys[1:] if key != "seed"]
+    finished: dict[tuple, dict[str, Any]] = {}
+    for row in rows:
+        if row["status"] == "ok":
+            finished[(row[axis], *(row[key] for key in context), row["seed"])] = row
+    values = list(dict.fromkeys(row[axis] for row in rows))
+    groups = list(dict.fromkeys(tuple(row[key] for key in context) for row in rows))
+    seeds = list(dict.fromkeys(row["seed"] for row in rows))
+    paired = []
+    for group, value in itertools.product(groups, values[1:]):
+        pairs = [(finished[(value, *group, seed)], finished[(values[0], *group, seed)]) for seed in seeds
+                 if (value, *group, seed) in finished and (values[0], *group, seed) in finished]
+        entry: dict[str, Any] = {axis: value, **dict(zip(context, group, strict=True)), "against": values[0]}
+        entry["n"] = len(pairs)
+        for name in ("val", "test"):
+            diffs = [float(this[name]) - float(that[name]) for this, that in pairs]
+            entry[f"{name}_diff_mean"] = statistics.fmean(diffs) if diffs else math.nan
+            entry[f"{name}_diff_std"] = statistics.stdev(diffs) if len(diffs) > 1 else math.nan
+        entry["test_higher"] = sum(float(this["test"]) > float(that["test"]) for this, that in pairs)
+        paired.append(entry)
+    return paired
+
+
 def _mean_std(entry: dict[str, Any], name: str, digits: int) -> str:
     mean, std = entry[f"{name}_mean"], entry[f"{name}_std"]
     if math.isnan(mean):
@@ -352,8 +386,11 @@ def _group_label(entry: dict[str, Any], group_keys: list[str]) -> str:
     return " ".join(f"{key}={entry[key]}" for key in group_keys) or "all cells"
 
 
-def summary_markdown(sweep: Sweep, summary: list[dict[str, Any]], metric: str, command: str) -> str:
-    """``summary.md``: a table of mean ± sample std (ddof=1) over the finished cells of each group."""
+def summary_markdown(
+    sweep: Sweep, summary: list[dict[str, Any]], metric: str, command: str, paired: list[dict[str, Any]] = ()
+) -> str:
+    """``summary.md``: a table of mean ± sample std (ddof=1) over the finished cells of each group, and the
+    ``paired`` differences (:func:`paired_differences`) when there are any."""
     group_keys = sweep.group_keys()
     header = [*group_keys, "n", f"val {metric}", f"test {metric}", "s/epoch", "peak memory (MiB)", "failed"]
     lines = [
@@ -372,8 +409,37 @@ def summary_markdown(sweep: Sweep, summary: list[dict[str, Any]], metric: str, c
                  _mean_std(entry, "test", 4), _mean_std(entry, "seconds_per_epoch", 2),
                  _mean_std(entry, "peak_memory_mb", 0), str(entry["failed"])]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += _paired_markdown(paired, metric)
     lines += ["", "Command:", "", "```", command, "```", ""]
     return "\n".join(lines)
+
+
+def _paired_markdown(paired: Sequence[dict[str, Any]], metric: str) -> list[str]:
+    if not paired:
+        return []
+    keys = [key for key in paired[0] if key not in ("against", "n") and not key.startswith(("val_", "test_"))]
+    axis = keys[0]
+    header = [*keys, "n", f"val {metric} difference", f"test {metric} difference", "seeds with higher test"]
+    lines = [
+        "",
+        f"Paired by seed against {axis}={paired[0]['against']} (this minus that; mean ± sample std over the "
+        "seeds finished in both):",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
+    for entry in paired:
+        cells = [*(str(entry[key]) for key in keys), str(entry["n"]), _signed(entry, "val_diff"),
+                 _signed(entry, "test_diff"), f"{entry['test_higher']} of {entry['n']}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _signed(entry: dict[str, Any], name: str) -> str:
+    mean, std = entry[f"{name}_mean"], entry[f"{name}_std"]
+    if math.isnan(mean):
+        return "—"
+    return f"{mean:+.4f}" if math.isnan(std) else f"{mean:+.4f} ± {std:.4f}"
 
 
 def numeric_axis(summary: list[dict[str, Any]], group_keys: list[str]) -> list[float] | None:
@@ -428,12 +494,16 @@ def plot_summary(path: Path, summary: list[dict[str, Any]], group_keys: list[str
 
 
 def write_reports(sweep: Sweep, rows: list[dict[str, Any]], command: str) -> list[dict[str, Any]]:
-    """Write ``results.csv``, ``summary.csv``, ``summary.md`` and ``summary.png``; return the summary."""
+    """Write ``results.csv``, ``summary.csv``, ``paired.csv`` (when :func:`paired_differences` gives any),
+    ``summary.md`` and ``summary.png``; return the summary."""
     sweep.out.mkdir(parents=True, exist_ok=True)
     write_results(sweep.out / "results.csv", rows)
     summary = summarize(rows, list(sweep.axes()))
     write_results(sweep.out / "summary.csv", summary)
+    paired = paired_differences(rows, list(sweep.axes()))
+    if paired:
+        write_results(sweep.out / "paired.csv", paired)
     metric = next((row["metric"] for row in rows if row["metric"]), "metric")
-    (sweep.out / "summary.md").write_text(summary_markdown(sweep, summary, metric, command))
+    (sweep.out / "summary.md").write_text(summary_markdown(sweep, summary, metric, command, paired))
     plot_summary(sweep.out / "summary.png", summary, sweep.group_keys(), metric)
     return summary
