@@ -21,8 +21,8 @@ named ``variants``, a first grid axis called ``variant``::
 
 Outputs in ``out``: ``cells/<cell>/`` (each cell's run directory), ``results.csv`` (one row per cell),
 ``summary.md``, ``summary.csv`` and ``summary.png`` (mean ± sample std over the seeds of each group), and,
-when there is a ``seed`` axis, ``paired.csv`` (each value of the first axis against its first value, paired
-by seed: with ``variants``, every variant against the first), also tabled in ``summary.md``.
+with ``variants`` and a ``seed`` axis, ``paired.csv`` (every variant against the first, paired by seed),
+also tabled in ``summary.md``.
 """
 
 from __future__ import annotations
@@ -344,15 +344,17 @@ def summarize(rows: list[dict[str, Any]], grid_keys: list[str]) -> list[dict[str
 
 
 def paired_differences(rows: list[dict[str, Any]], grid_keys: list[str]) -> list[dict[str, Any]]:
-    """Each value of the first axis against its first value, paired by ``seed``, within each combination of
-    the other axes: n (seeds finished in both), mean and sample std (ddof=1; NaN below two) of the val and
-    test differences (this minus the reference), and ``test_higher``, the seeds where this one's test is
-    higher. A pair shares every value but the compared axis.
-    Empty without a ``seed`` axis or a first axis of two or more values.
+    """Each variant against the first, paired by ``seed``, within each combination of the other grid
+    axes: n (seeds finished in both), mean and sample std (ddof=1; NaN below two) of the val and test
+    differences (this minus the first variant), and ``test_higher``, the seeds where this one's test is
+    higher. A pair shares every value but the variant.
+
+    Only ``variants`` name what a sweep compares (a grid's first key may be a dataset or generator seed),
+    so without a ``variant`` axis, or without a ``seed`` axis, this is empty.
     """
-    if "seed" not in grid_keys or grid_keys[0] == "seed":
+    if VARIANT_AXIS not in grid_keys or "seed" not in grid_keys:
         return []
-    axis, context = grid_keys[0], [key for key in grid_keys[1:] if key != "seed"]
+    axis, context = VARIANT_AXIS, [key for key in grid_keys if key not in (VARIANT_AXIS, "seed")]
     finished: dict[tuple, dict[str, Any]] = {}
     for row in rows:
         if row["status"] == "ok":
@@ -387,7 +389,8 @@ def _group_label(entry: dict[str, Any], group_keys: list[str]) -> str:
 
 
 def summary_markdown(
-    sweep: Sweep, summary: list[dict[str, Any]], metric: str, command: str, paired: list[dict[str, Any]] = ()
+    sweep: Sweep, summary: list[dict[str, Any]], metric: str, command: str,
+    paired: Sequence[dict[str, Any]] = (),
 ) -> str:
     """``summary.md``: a table of mean ± sample std (ddof=1) over the finished cells of each group, and the
     ``paired`` differences (:func:`paired_differences`) when there are any."""
