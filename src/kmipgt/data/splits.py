@@ -21,10 +21,17 @@ def random_split_masks(
     if min(train_fraction, val_fraction) < 0.0 or train_fraction + val_fraction > 1.0:
         raise ValueError("train_fraction and val_fraction must be >= 0 with sum <= 1, "
                          f"got {train_fraction}, {val_fraction}")
-    perm = torch.from_numpy(np.random.RandomState(seed).permutation(num_nodes))
-    num_train = int(num_nodes * train_fraction)
-    num_val = int(num_nodes * val_fraction)
-    parts = (perm[:num_train], perm[num_train : num_train + num_val], perm[num_train + num_val :])
+    num_train, num_val = int(num_nodes * train_fraction), int(num_nodes * val_fraction)
+    return _permuted_parts(torch.arange(num_nodes), seed, num_train, num_val, num_nodes)
+
+
+def _permuted_parts(
+    nodes: torch.Tensor, seed: int, num_train: int, num_val: int, num_nodes: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``nodes [M]`` permuted by ``RandomState(seed)`` and cut into ``[num_nodes]`` masks: the first
+    ``num_train``, the next ``num_val``, the rest."""
+    nodes = nodes[torch.from_numpy(np.random.RandomState(seed).permutation(nodes.numel()))]
+    parts = (nodes[:num_train], nodes[num_train : num_train + num_val], nodes[num_train + num_val :])
     return tuple(pyg_index_to_mask(part, num_nodes) for part in parts)
 
 
@@ -45,10 +52,7 @@ def redraw_split_masks(
     if bool((train_mask & val_mask).any() | (train_mask & test_mask).any() | (val_mask & test_mask).any()):
         raise ValueError("train_mask, val_mask and test_mask overlap; a split's parts must be disjoint")
     nodes = torch.nonzero(train_mask | val_mask | test_mask).flatten()
-    nodes = nodes[torch.from_numpy(np.random.RandomState(seed).permutation(nodes.numel()))]
-    num_train, num_val = int(train_mask.sum()), int(val_mask.sum())
-    parts = (nodes[:num_train], nodes[num_train : num_train + num_val], nodes[num_train + num_val :])
-    return tuple(pyg_index_to_mask(part, train_mask.numel()) for part in parts)
+    return _permuted_parts(nodes, seed, int(train_mask.sum()), int(val_mask.sum()), train_mask.numel())
 
 
 def index_to_mask(index: torch.Tensor, num_nodes: int, name: str = "index") -> torch.Tensor:

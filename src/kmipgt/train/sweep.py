@@ -337,10 +337,15 @@ def summarize(rows: list[dict[str, Any]], grid_keys: list[str]) -> list[dict[str
         entry.update(n=len(finished), failed=len(members) - len(finished))
         for name in SUMMARY_STATISTICS:
             numbers = [float(row[name]) for row in finished]
-            entry[f"{name}_mean"] = statistics.fmean(numbers) if numbers else math.nan
-            entry[f"{name}_std"] = statistics.stdev(numbers) if len(numbers) > 1 else math.nan
+            entry[f"{name}_mean"], entry[f"{name}_std"] = _mean_and_std(numbers)
         summary.append(entry)
     return summary
+
+
+def _mean_and_std(numbers: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (ddof=1); NaN where there are too few numbers for either."""
+    mean = statistics.fmean(numbers) if numbers else math.nan
+    return mean, statistics.stdev(numbers) if len(numbers) > 1 else math.nan
 
 
 def paired_differences(rows: list[dict[str, Any]], grid_keys: list[str]) -> list[dict[str, Any]]:
@@ -354,34 +359,34 @@ def paired_differences(rows: list[dict[str, Any]], grid_keys: list[str]) -> list
     """
     if VARIANT_AXIS not in grid_keys or "seed" not in grid_keys:
         return []
-    axis, context = VARIANT_AXIS, [key for key in grid_keys if key not in (VARIANT_AXIS, "seed")]
+    context = [key for key in grid_keys if key not in (VARIANT_AXIS, "seed")]
     finished: dict[tuple, dict[str, Any]] = {}
     for row in rows:
         if row["status"] == "ok":
-            finished[(row[axis], *(row[key] for key in context), row["seed"])] = row
-    values = list(dict.fromkeys(row[axis] for row in rows))
+            finished[(row[VARIANT_AXIS], *(row[key] for key in context), row["seed"])] = row
+    values = list(dict.fromkeys(row[VARIANT_AXIS] for row in rows))
     groups = list(dict.fromkeys(tuple(row[key] for key in context) for row in rows))
     seeds = list(dict.fromkeys(row["seed"] for row in rows))
     paired = []
     for group, value in itertools.product(groups, values[1:]):
         pairs = [(finished[(value, *group, seed)], finished[(values[0], *group, seed)]) for seed in seeds
                  if (value, *group, seed) in finished and (values[0], *group, seed) in finished]
-        entry: dict[str, Any] = {axis: value, **dict(zip(context, group, strict=True)), "against": values[0]}
-        entry["n"] = len(pairs)
+        entry: dict[str, Any] = {VARIANT_AXIS: value, **dict(zip(context, group, strict=True))}
+        entry.update(against=values[0], n=len(pairs))
         for name in ("val", "test"):
             diffs = [float(this[name]) - float(that[name]) for this, that in pairs]
-            entry[f"{name}_diff_mean"] = statistics.fmean(diffs) if diffs else math.nan
-            entry[f"{name}_diff_std"] = statistics.stdev(diffs) if len(diffs) > 1 else math.nan
+            entry[f"{name}_diff_mean"], entry[f"{name}_diff_std"] = _mean_and_std(diffs)
         entry["test_higher"] = sum(float(this["test"]) > float(that["test"]) for this, that in pairs)
         paired.append(entry)
     return paired
 
 
-def _mean_std(entry: dict[str, Any], name: str, digits: int) -> str:
+def _mean_std(entry: dict[str, Any], name: str, digits: int, sign: str = "") -> str:
+    """``mean ± std`` of ``entry``'s ``name``; ``sign="+"`` writes the mean's sign (differences)."""
     mean, std = entry[f"{name}_mean"], entry[f"{name}_std"]
     if math.isnan(mean):
         return "—"
-    return f"{mean:.{digits}f}" if math.isnan(std) else f"{mean:.{digits}f} ± {std:.{digits}f}"
+    return f"{mean:{sign}.{digits}f}" if math.isnan(std) else f"{mean:{sign}.{digits}f} ± {std:.{digits}f}"
 
 
 def _group_label(entry: dict[str, Any], group_keys: list[str]) -> str:
@@ -412,37 +417,31 @@ def summary_markdown(
                  _mean_std(entry, "test", 4), _mean_std(entry, "seconds_per_epoch", 2),
                  _mean_std(entry, "peak_memory_mb", 0), str(entry["failed"])]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += _paired_markdown(paired, metric)
+    lines += _paired_markdown(paired, group_keys, metric)
     lines += ["", "Command:", "", "```", command, "```", ""]
     return "\n".join(lines)
 
 
-def _paired_markdown(paired: Sequence[dict[str, Any]], metric: str) -> list[str]:
+def _paired_markdown(paired: Sequence[dict[str, Any]], group_keys: list[str], metric: str) -> list[str]:
+    """The table of :func:`paired_differences`; its rows carry the summary's ``group_keys``."""
     if not paired:
         return []
-    keys = [key for key in paired[0] if key not in ("against", "n") and not key.startswith(("val_", "test_"))]
-    axis = keys[0]
-    header = [*keys, "n", f"val {metric} difference", f"test {metric} difference", "seeds with higher test"]
+    header = [*group_keys, "n", f"val {metric} difference", f"test {metric} difference",
+              "seeds with higher test"]
     lines = [
         "",
-        f"Paired by seed against {axis}={paired[0]['against']} (this minus that; mean ± sample std over the "
-        "seeds finished in both):",
+        f"Paired by seed against {VARIANT_AXIS}={paired[0]['against']} (this minus that; mean ± sample std "
+        "over the seeds finished in both):",
         "",
         "| " + " | ".join(header) + " |",
         "|" + "---|" * len(header),
     ]
     for entry in paired:
-        cells = [*(str(entry[key]) for key in keys), str(entry["n"]), _signed(entry, "val_diff"),
-                 _signed(entry, "test_diff"), f"{entry['test_higher']} of {entry['n']}"]
+        differences = [_mean_std(entry, f"{name}_diff", 4, "+") for name in ("val", "test")]
+        cells = [*(str(entry[key]) for key in group_keys), str(entry["n"]), *differences,
+                 f"{entry['test_higher']} of {entry['n']}"]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
-
-
-def _signed(entry: dict[str, Any], name: str) -> str:
-    mean, std = entry[f"{name}_mean"], entry[f"{name}_std"]
-    if math.isnan(mean):
-        return "—"
-    return f"{mean:+.4f}" if math.isnan(std) else f"{mean:+.4f} ± {std:.4f}"
 
 
 def numeric_axis(summary: list[dict[str, Any]], group_keys: list[str]) -> list[float] | None:
