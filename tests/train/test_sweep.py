@@ -98,9 +98,9 @@ def test_variants_are_a_first_axis_of_keys_set_together(tmp_path):
     assert '`wide`: `{"model.attention": "none", "model.channels": 12}`' in table
     assert "| variant | n | val accuracy |" in table and "| wide | 2 |" in table
     paired = paired_differences(rows, list(sweep.axes()))  # test: kmip 0.0, 0.1; wide 0.2, 0.3
-    assert "Paired by seed" not in table
+    assert "Paired by" not in table
     table = summary_markdown(sweep, summary, "accuracy", "kmipgt sweep variants.yaml", paired)
-    assert "Paired by seed against variant=kmip" in table
+    assert "over `seed`)." in table and "Paired by `seed` against variant=kmip" in table
     assert "| wide | 2 | +0.0000 ± 0.0000 | +0.2000 ± 0.0000 | 2 of 2 |" in table
 
 
@@ -260,6 +260,42 @@ def test_paired_differences_equal_a_direct_computation_per_seed():
     # No seed axis, or no variants (a grid's first key may be a dataset): nothing to pair.
     assert paired_differences(rows, ["variant", "data.name"]) == []
     assert paired_differences(rows, ["data.name", "seed"]) == []
+
+
+def test_redrawn_splits_are_replicates_like_seeds(tmp_path):
+    rng = np.random.default_rng(1)
+    rows = [{"variant": variant, "seed": seed, "data.name": "a", "data.split_seed": split, "status": "ok",
+             "val": str(rng.random()), "test": str(rng.random()), "seconds_per_epoch": "1.0",
+             "peak_memory_mb": "10.0"}
+            for variant, split, seed in itertools.product(("kmip", "none"), ("1", "2", "3"), ("0", "1"))]
+    rows[7].update(status="failed", val="", test="")  # none, split 1, seed 1: its pair drops out
+    axes = ["variant", "seed", "data.name", "data.split_seed"]
+    summary = summarize(rows, axes)
+    assert [(e["variant"], e["n"], e["failed"]) for e in summary] == [("kmip", 6, 0), ("none", 5, 1)]
+    finished = [row for row in rows[6:] if row["status"] == "ok"]
+    assert summary[1]["test_mean"] == pytest.approx(np.mean([float(r["test"]) for r in finished]))
+    (paired,) = paired_differences(rows, axes)
+    kept = [i for i in range(6) if i != 1]
+    assert paired["n"] == 5 and paired["by"] == "seed and data.split_seed"
+    for name in ("val", "test"):
+        diffs = np.array([float(rows[6 + i][name]) - float(rows[i][name]) for i in kept])
+        assert paired[f"{name}_diff_mean"] == pytest.approx(diffs.mean(), rel=1e-12)
+        assert paired[f"{name}_diff_std"] == pytest.approx(diffs.std(ddof=1), rel=1e-12)
+    assert paired["test_higher"] == int(sum(diffs > 0))
+    base = _write(tmp_path / "base.yaml", TINY_CITY)
+    sweep = load_sweep(_write(tmp_path / "s.yaml", {
+        "base": str(base), "variants": {"kmip": {}, "none": {"model.attention": "none"}},
+        "grid": {"seed": [0, 1], "data.name": ["a"], "data.split_seed": [1, 2, 3]}}))
+    table = summary_markdown(sweep, summary, "accuracy", "kmipgt sweep s.yaml", [paired])
+    assert "over `seed` and `data.split_seed`)." in table
+    assert "Paired by `seed` and `data.split_seed` against variant=kmip" in table
+    assert "| none | a | 5 |" in table
+    # Splits alone, at one training seed (the seed a fixed override), pair just the same.
+    one_seed = [row for row in rows if row["seed"] == "0"]
+    (paired,) = paired_differences(one_seed, ["variant", "data.name", "data.split_seed"])
+    test = np.array([float(rows[6 + i]["test"]) - float(rows[i]["test"]) for i in (0, 2, 4)])
+    assert paired["n"] == 3 and paired["by"] == "data.split_seed"
+    assert paired["test_diff_mean"] == pytest.approx(test.mean(), rel=1e-12)
 
 
 def test_one_numeric_grid_key_is_plotted_against_its_values(tmp_path):

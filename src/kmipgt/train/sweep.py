@@ -20,9 +20,11 @@ named ``variants``, a first grid axis called ``variant``::
       seed: [0, 1, 2]
 
 Outputs in ``out``: ``cells/<cell>/`` (each cell's run directory), ``results.csv`` (one row per cell),
-``summary.md``, ``summary.csv`` and ``summary.png`` (mean ± sample std over the seeds of each group), and,
-with ``variants`` and a ``seed`` axis, ``paired.csv`` (every variant against the first, paired by seed),
-also tabled in ``summary.md``.
+``summary.md``, ``summary.csv`` and ``summary.png`` (mean ± sample std over the replicates of each group),
+and, with ``variants`` and a replicate axis, ``paired.csv`` (every variant against the first, paired by
+replicate), also tabled in ``summary.md``. The replicate axes are ``seed`` (training seed) and
+``data.split_seed`` (a redrawn node-level split): a summary averages over them, and a pair shares their
+values.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ import matplotlib.pyplot as plt
 
 SWEEP_KEYS = ("base", "set", "variants", "grid", "out")
 VARIANT_AXIS = "variant"
+REPLICATE_AXES = ("seed", "data.split_seed")  # repeats of one experiment, not conditions to compare
 METRIC_COLUMNS = ("train", "val", "test", "best_epoch", "epochs", "seconds_per_epoch", "peak_memory_mb",
                   "parameters")
 SUMMARY_STATISTICS = ("val", "test", "seconds_per_epoch", "peak_memory_mb")
@@ -86,8 +89,8 @@ class Sweep:
         return {VARIANT_AXIS: list(self.variants), **self.grid} if self.variants else dict(self.grid)
 
     def group_keys(self) -> list[str]:
-        """The axes a summary groups cells by: every one but ``seed``."""
-        return [key for key in self.axes() if key != "seed"]
+        """The axes a summary groups cells by: every one but the replicate axes (:data:`REPLICATE_AXES`)."""
+        return _conditions(self.axes())
 
 
 @dataclass
@@ -97,6 +100,16 @@ class Cell:
     values: dict[str, Any]
     name: str
     label: str
+
+
+def _conditions(axes: Sequence[str]) -> list[str]:
+    """The axes that are conditions to compare: all but :data:`REPLICATE_AXES`, in order."""
+    return [key for key in axes if key not in REPLICATE_AXES]
+
+
+def _replicates(axes: Sequence[str]) -> list[str]:
+    """The axes of :data:`REPLICATE_AXES` among ``axes``, in their order."""
+    return [key for key in axes if key in REPLICATE_AXES]
 
 
 def _mapping(value: Any, what: str) -> dict:
@@ -324,9 +337,10 @@ def write_results(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def summarize(rows: list[dict[str, Any]], grid_keys: list[str]) -> list[dict[str, Any]]:
-    """Per group of cells sharing every grid value but ``seed``: n (finished cells), failed, mean and sample
-    standard deviation (ddof=1; NaN below two cells) of :data:`SUMMARY_STATISTICS`."""
-    group_keys = [key for key in grid_keys if key != "seed"]
+    """Per group of cells sharing every grid value but the replicate axes (``seed``, ``data.split_seed``):
+    n (finished cells), failed, mean and sample standard deviation (ddof=1; NaN below two cells) of
+    :data:`SUMMARY_STATISTICS`."""
+    group_keys = _conditions(grid_keys)
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault(tuple(row[key] for key in group_keys), []).append(row)
@@ -349,30 +363,32 @@ def _mean_and_std(numbers: list[float]) -> tuple[float, float]:
 
 
 def paired_differences(rows: list[dict[str, Any]], grid_keys: list[str]) -> list[dict[str, Any]]:
-    """Each variant against the first, paired by ``seed``, within each combination of the other grid
-    axes: n (seeds finished in both), mean and sample std (ddof=1; NaN below two) of the val and test
-    differences (this minus the first variant), and ``test_higher``, the seeds where this one's test is
-    higher. A pair shares every value but the variant.
+    """Each variant against the first, paired by replicate (the values of ``seed`` and ``data.split_seed``
+    that the grid has), within each combination of the other grid axes: n (replicates finished in both),
+    mean and sample std (ddof=1; NaN below two) of the val and test differences (this minus the first
+    variant), and ``test_higher``, the replicates where this one's test is higher. A pair shares every
+    value but the variant.
 
     Only ``variants`` name what a sweep compares (a grid's first key may be a dataset or generator seed),
-    so without a ``variant`` axis, or without a ``seed`` axis, this is empty.
+    so without a ``variant`` axis, or without a replicate axis, this is empty.
     """
-    if VARIANT_AXIS not in grid_keys or "seed" not in grid_keys:
+    replicate_keys = _replicates(grid_keys)
+    if VARIANT_AXIS not in grid_keys or not replicate_keys:
         return []
-    context = [key for key in grid_keys if key not in (VARIANT_AXIS, "seed")]
+    context = [key for key in _conditions(grid_keys) if key != VARIANT_AXIS]
     finished: dict[tuple, dict[str, Any]] = {}
     for row in rows:
         if row["status"] == "ok":
-            finished[(row[VARIANT_AXIS], *(row[key] for key in context), row["seed"])] = row
+            finished[(row[VARIANT_AXIS], *(row[key] for key in [*context, *replicate_keys]))] = row
     values = list(dict.fromkeys(row[VARIANT_AXIS] for row in rows))
     groups = list(dict.fromkeys(tuple(row[key] for key in context) for row in rows))
-    seeds = list(dict.fromkeys(row["seed"] for row in rows))
+    replicates = list(dict.fromkeys(tuple(row[key] for key in replicate_keys) for row in rows))
     paired = []
     for group, value in itertools.product(groups, values[1:]):
-        pairs = [(finished[(value, *group, seed)], finished[(values[0], *group, seed)]) for seed in seeds
-                 if (value, *group, seed) in finished and (values[0], *group, seed) in finished]
+        pairs = [(finished[(value, *group, *rep)], finished[(values[0], *group, *rep)]) for rep in replicates
+                 if (value, *group, *rep) in finished and (values[0], *group, *rep) in finished]
         entry: dict[str, Any] = {VARIANT_AXIS: value, **dict(zip(context, group, strict=True))}
-        entry.update(against=values[0], n=len(pairs))
+        entry.update(against=values[0], by=" and ".join(replicate_keys), n=len(pairs))
         for name in ("val", "test"):
             diffs = [float(this[name]) - float(that[name]) for this, that in pairs]
             entry[f"{name}_diff_mean"], entry[f"{name}_diff_std"] = _mean_and_std(diffs)
@@ -400,6 +416,8 @@ def summary_markdown(
     """``summary.md``: a table of mean ± sample std (ddof=1) over the finished cells of each group, and the
     ``paired`` differences (:func:`paired_differences`) when there are any."""
     group_keys = sweep.group_keys()
+    replicates = _replicates_text(sweep.axes())
+    over = f" (over {replicates})" if replicates else ""
     header = [*group_keys, "n", f"val {metric}", f"test {metric}", "s/epoch", "peak memory (MiB)", "failed"]
     lines = [
         f"# Sweep {sweep.path.name}",
@@ -407,7 +425,7 @@ def summary_markdown(
         f"Base config `{sweep.base}`, fixed overrides `{json.dumps(sweep.fixed)}`.",
         *(f"Variant `{name}`: `{json.dumps(overrides)}`." for name, overrides in sweep.variants.items()),
         "Every cell keeps its best-validation checkpoint; test is reported there. Values: mean ± sample "
-        "standard deviation (ddof=1) over the n finished cells of each group (over `seed`).",
+        f"standard deviation (ddof=1) over the n finished cells of each group{over}.",
         "",
         "| " + " | ".join(header) + " |",
         "|" + "---|" * len(header),
@@ -417,21 +435,29 @@ def summary_markdown(
                  _mean_std(entry, "test", 4), _mean_std(entry, "seconds_per_epoch", 2),
                  _mean_std(entry, "peak_memory_mb", 0), str(entry["failed"])]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += _paired_markdown(paired, group_keys, metric)
+    lines += _paired_markdown(paired, group_keys, metric, replicates)
     lines += ["", "Command:", "", "```", command, "```", ""]
     return "\n".join(lines)
 
 
-def _paired_markdown(paired: Sequence[dict[str, Any]], group_keys: list[str], metric: str) -> list[str]:
-    """The table of :func:`paired_differences`; its rows carry the summary's ``group_keys``."""
+def _replicates_text(axes: Sequence[str]) -> str:
+    """The replicate axes of ``axes`` as the reports name them ("`seed` and `data.split_seed`"), or ""."""
+    return " and ".join(f"`{key}`" for key in _replicates(axes))
+
+
+def _paired_markdown(
+    paired: Sequence[dict[str, Any]], group_keys: list[str], metric: str, replicates: str,
+) -> list[str]:
+    """The table of :func:`paired_differences`; its rows carry the summary's ``group_keys``, and
+    ``replicates`` names what they are paired by."""
     if not paired:
         return []
     header = [*group_keys, "n", f"val {metric} difference", f"test {metric} difference",
-              "seeds with higher test"]
+              "pairs with higher test"]
     lines = [
         "",
-        f"Paired by seed against {VARIANT_AXIS}={paired[0]['against']} (this minus that; mean ± sample std "
-        "over the seeds finished in both):",
+        f"Paired by {replicates} against {VARIANT_AXIS}={paired[0]['against']} (this minus that; "
+        "mean ± sample std over the pairs finished in both):",
         "",
         "| " + " | ".join(header) + " |",
         "|" + "---|" * len(header),
@@ -445,7 +471,7 @@ def _paired_markdown(paired: Sequence[dict[str, Any]], group_keys: list[str], me
 
 
 def numeric_axis(summary: list[dict[str, Any]], group_keys: list[str]) -> list[float] | None:
-    """The values of the one grid key besides ``seed`` when all are numbers (a sweep over k, N, ...)."""
+    """The values of the one grid key besides the replicates when all are numbers (a sweep over k, N, ...)."""
     if len(group_keys) != 1:
         return None
     numbers = [_number(entry[group_keys[0]]) for entry in summary]
@@ -489,7 +515,7 @@ def plot_summary(path: Path, summary: list[dict[str, Any]], group_keys: list[str
         labels = [_group_label(entry, group_keys).replace(" ", "\n") for entry in summary]
         ax.bar(range(len(summary)), means, yerr=_errors(summary, "test"), capsize=4, color="tab:blue")
         ax.set_xticks(range(len(summary)), labels, fontsize=8, rotation=30, ha="right")
-    ax.set(ylabel=f"test {metric}", title=f"test {metric}: mean ± std over seeds")
+    ax.set(ylabel=f"test {metric}", title=f"test {metric}: mean ± std over replicates")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
