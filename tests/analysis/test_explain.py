@@ -16,6 +16,7 @@ from torch_geometric.loader import DataLoader
 import kmipgt.analysis.hops as hops_module
 from kmipgt.analysis import (
     attended_keys,
+    attention_modules,
     explain,
     explain_graphs,
     hop_distances,
@@ -46,20 +47,20 @@ def _graph(num_nodes=40, seed=0, classes=3) -> Data:
     )
 
 
-def _model(attention="kmip", heads=2, k=5, num_layers=2, seed=0) -> GraphTransformer:
+def _model(attention="kmip", heads=2, k=5, num_layers=2, seed=0, attention_layers=None) -> GraphTransformer:
     torch.manual_seed(seed)
     return GraphTransformer(
         3, 8, 3, num_layers=num_layers, edge_channels=1, attention=attention, heads=heads,
-        attn_kwargs={"k": k} if attention == "kmip" else None,
+        attn_kwargs={"k": k} if attention == "kmip" else None, attention_layers=attention_layers,
     )
 
 
 def _attention_io(model: GraphTransformer, graph: Data) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Input and output of every layer's attention module in one eval forward (captured by hooks)."""
+    """Input and output of each layer's attention module in one eval forward (captured by hooks)."""
     captured = []
     handles = [
         layer.attention.register_forward_hook(lambda m, args, out: captured.append((args[0], out)))
-        for layer in model.layers
+        for layer in model.layers if layer.attention is not None
     ]
     model.eval()
     with torch.no_grad():
@@ -111,23 +112,43 @@ def test_attended_keys_are_the_dense_top_k_with_softmax_weights(attention):
             )
 
 
+def _assert_reproduces_output(module, selection, h: torch.Tensor, out: torch.Tensor) -> None:
+    """Independent dense gather -> softmax -> weighted sum over the hooked indices (2 heads of 4)."""
+    q, k, v = (lin(h).view(h.size(0), 2, 4) for lin in (module.lin_query, module.lin_key, module.lin_value))
+    index = selection.index
+    heads = torch.arange(2)[None, :, None]
+    logits = (q[:, :, None, :] * k[index, heads]).sum(-1) / 2.0
+    weights = torch.softmax(logits, dim=-1)
+    mixed = (weights[..., None] * v[index, heads]).sum(2)
+    torch.testing.assert_close(module.lin_out(mixed.reshape(h.size(0), 8)), out, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(selection.weight, weights, atol=1e-6, rtol=1e-5)
+
+
 def test_hooked_indices_reproduce_the_attention_output():
     graph = _graph(seed=2)
     model = _model("kmip", heads=2, k=4, num_layers=2)
     selections = attended_keys(model, graph)  # every node a query
     for layer, (selection, (h, out)) in enumerate(zip(selections, _attention_io(model, graph))):
-        module = model.layers[layer].attention
-        q, k, v = (
-            lin(h).view(h.size(0), 2, 4) for lin in (module.lin_query, module.lin_key, module.lin_value)
-        )
-        # Independent dense gather -> softmax -> weighted sum over the hooked indices.
-        index = selection.index
-        heads = torch.arange(2)[None, :, None]
-        logits = (q[:, :, None, :] * k[index, heads]).sum(-1) / 2.0
-        weights = torch.softmax(logits, dim=-1)
-        mixed = (weights[..., None] * v[index, heads]).sum(2)
-        torch.testing.assert_close(module.lin_out(mixed.reshape(h.size(0), 8)), out, atol=1e-5, rtol=1e-4)
-        torch.testing.assert_close(selection.weight, weights, atol=1e-6, rtol=1e-5)
+        _assert_reproduces_output(model.layers[layer].attention, selection, h, out)
+
+
+def test_layers_without_attention_are_skipped_and_named():
+    graph = _graph(seed=2)
+    model = _model("kmip", heads=2, k=4, num_layers=3, attention_layers=[0, -1])
+    assert list(attention_modules(model)) == [0, 2]
+    selections = attended_keys(model, graph)
+    captured = _attention_io(model, graph)
+    assert len(selections) == len(captured) == 2
+    for layer, selection, (h, out) in zip((0, 2), selections, captured):
+        _assert_reproduces_output(model.layers[layer].attention, selection, h, out)
+    result = explain(model, graph, torch.arange(40), [0, 5])
+    assert sorted({entry["layer"] for entry in result["layers"]}) == [0, 2]
+    one = explain(model, graph, torch.arange(40), [0], layer=2)
+    assert [entry["layer"] for entry in one["layers"]] == [2, 2]  # one per head
+    with pytest.raises(ValueError, match=r"layer 1 has no global attention; .* are 0, 2"):
+        explain(model, graph, torch.arange(40), [0], layer=1)
+    with pytest.raises(ValueError, match="'none' in every layer"):
+        attended_keys(_model("none"), graph)
 
 
 def test_module_hook_on_a_ragged_batch_pads_small_graphs():

@@ -51,29 +51,35 @@ _CHUNK = 4096
 HOP_LABELS = [*(str(h) for h in range(HOP_CAP + 1)), f">{HOP_CAP}"]
 
 
-def attention_modules(model: GraphTransformer) -> list[KMIPAttention | FullAttention]:
-    """The global attention module of every layer; ValueError unless each has explicit weights."""
+def attention_modules(model: GraphTransformer) -> dict[int, KMIPAttention | FullAttention]:
+    """The global attention module of each layer that has one, by layer number (``attention_layers`` may
+    leave layers without); ValueError unless each has explicit weights and at least one layer has one."""
+    supported = " and ".join(map(repr, EXPLAINABLE_KINDS))
     if len(model.layers) == 0:
         raise ValueError("the model has no layers, so no attention to explain")
-    modules = []
+    modules = {}
     for number, layer in enumerate(model.layers):
+        if layer.attention is None:
+            continue
         if not isinstance(layer.attention, KMIPAttention | FullAttention):
-            raise ValueError(
-                f"attention kind {layer.attention_kind!r} (layer {number}) has no explicit attention "
-                f"weights; explain supports {' and '.join(map(repr, EXPLAINABLE_KINDS))}"
-            )
-        modules.append(layer.attention)
+            raise ValueError(f"attention kind {layer.attention_kind!r} (layer {number}) has no explicit "
+                             f"attention weights; explain supports {supported}")
+        modules[number] = layer.attention
+    if not modules:
+        raise ValueError(f"attention kind 'none' in every layer, so no attention weights; explain supports "
+                         f"{supported}")
     return modules
 
 
 @contextlib.contextmanager
 def _streaming(
-    modules: list[KMIPAttention | FullAttention], k: int, consume: Callable[[int, AttentionSelection], None]
+    modules: dict[int, KMIPAttention | FullAttention], k: int,
+    consume: Callable[[int, AttentionSelection], None],
 ) -> Iterator[None]:
     """While active, each module's forward hands ``(layer, selection)`` to ``consume`` and keeps nothing."""
-    saved = [(module.keep_attention, getattr(module, "kept_keys", None)) for module in modules]
+    saved = [(module.keep_attention, getattr(module, "kept_keys", None)) for module in modules.values()]
     handles = []
-    for layer, module in enumerate(modules):
+    for layer, module in modules.items():
         module.keep_attention = True
         if isinstance(module, FullAttention):
             module.kept_keys = k
@@ -86,7 +92,7 @@ def _streaming(
     try:
         yield
     finally:
-        for module, handle, (keep, kept) in zip(modules, handles, saved):
+        for module, handle, (keep, kept) in zip(modules.values(), handles, saved):
             handle.remove()
             module.keep_attention = keep
             if kept is not None:
@@ -139,7 +145,7 @@ def _rows(selection: AttentionSelection, rows: Tensor) -> AttentionSelection:
 def attended_keys(
     model: GraphTransformer, graph: Data, queries: Tensor | list[int] | None = None, *, k: int = 16
 ) -> list[AttentionSelection]:
-    """For each layer, the keys each chosen query attends to, with their scores and softmax weights.
+    """For each layer with attention, the keys each chosen query attends to, with scores and softmax weights.
 
     Args:
         model: a :class:`~kmipgt.nn.GraphTransformer` whose attention kind is ``kmip`` or ``full``.
@@ -148,9 +154,11 @@ def attended_keys(
         k: for full attention, how many of the largest weights to keep (k-MIP keeps its own k).
 
     Returns:
-        One :class:`~kmipgt.ops.AttentionSelection` per layer, on the CPU: ``index``, ``score``
-        (``q·k``, unscaled) and ``weight`` ``[Q, H, k]``, keys by decreasing score; full attention adds
-        ``mass`` ``[Q, H]`` (its weights are renormalised over the k). Memory ``O(Q·k·layers·heads)``.
+        One :class:`~kmipgt.ops.AttentionSelection` per layer with attention (every layer unless the
+        model's ``attention_layers`` says otherwise; :func:`attention_modules` names them), on the CPU:
+        ``index``, ``score`` (``q·k``, unscaled) and ``weight`` ``[Q, H, k]``, keys by decreasing score;
+        full attention adds ``mass`` ``[Q, H]`` (its weights are renormalised over the k). Memory
+        ``O(Q·k·layers·heads)``.
     """
     queries = check_queries(queries, graph.num_nodes)
     kept: list[AttentionSelection] = []
@@ -368,14 +376,21 @@ def _query_rows(
 def select_layers_heads(
     model: GraphTransformer, layer: int | None = None, head: int | None = None
 ) -> tuple[list[int], list[int]]:
-    """The layers and heads to explain (``None``: all); ValueError naming one that does not exist."""
+    """The layers (those with attention) and heads to explain (``None``: all); ValueError naming one that
+    does not exist or has no attention."""
     modules = attention_modules(model)
-    chosen = []
-    for name, value, count in (("layer", layer, len(modules)), ("head", head, modules[0].heads)):
+    for name, value, count in (("layer", layer, len(model.layers)), ("head", head, _heads(modules))):
         if value is not None and not 0 <= value < count:
             raise ValueError(f"{name} {value} does not exist: the model has {count} {name}s (0-{count - 1})")
-        chosen.append(list(range(count)) if value is None else [value])
-    return chosen[0], chosen[1]
+    if layer is not None and layer not in modules:
+        raise ValueError(f"layer {layer} has no global attention; the layers with attention are "
+                         f"{', '.join(map(str, modules))}")
+    layers = list(modules) if layer is None else [layer]
+    return layers, list(range(_heads(modules))) if head is None else [head]
+
+
+def _heads(modules: dict[int, KMIPAttention | FullAttention]) -> int:
+    return next(iter(modules.values())).heads
 
 
 class _Explainer:
@@ -429,7 +444,7 @@ class _Explainer:
         self, context: _Context, num_nodes: int, heads: list[int], queries: dict[tuple[int, int], list]
     ) -> dict[str, Any]:
         """The ``explain.json`` content; ``queries`` maps ``(layer, head)`` to its listed query rows."""
-        full = isinstance(self.modules[0], FullAttention)
+        full = isinstance(next(iter(self.modules.values())), FullAttention)
         layers = [
             {
                 "layer": number,
