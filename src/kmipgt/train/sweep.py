@@ -385,8 +385,9 @@ def paired_differences(rows: list[dict[str, Any]], grid_keys: list[str]) -> list
     replicates = list(dict.fromkeys(tuple(row[key] for key in replicate_keys) for row in rows))
     paired = []
     for group, value in itertools.product(groups, values[1:]):
-        pairs = [(finished[(value, *group, *rep)], finished[(values[0], *group, *rep)]) for rep in replicates
-                 if (value, *group, *rep) in finished and (values[0], *group, *rep) in finished]
+        keys = [((value, *group, *replicate), (values[0], *group, *replicate)) for replicate in replicates]
+        pairs = [(finished[this], finished[that]) for this, that in keys
+                 if this in finished and that in finished]
         entry: dict[str, Any] = {VARIANT_AXIS: value, **dict(zip(context, group, strict=True))}
         entry.update(against=values[0], by=" and ".join(replicate_keys), n=len(pairs))
         for name in ("val", "test"):
