@@ -8,6 +8,8 @@ all of that query's targets are found does it in a compiled loop (numba); withou
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import scipy.sparse as sp
 import torch
@@ -20,10 +22,10 @@ try:
 except ImportError:  # the scipy path below is used instead
     numba = None
 
-__all__ = ["HOP_CAP", "ball", "hop_distances", "undirected_adjacency"]
+__all__ = ["HOP_CAP", "ball", "hop_distance_blocks", "hop_distances", "undirected_adjacency"]
 
 HOP_CAP = 64
-# Distance-matrix elements per scipy call ([sources, N] float64) on the path without numba.
+# Distance-matrix elements per scipy call ([sources, N] float64), which bounds its memory to 64 MB.
 _SCIPY_ELEMENTS = 1 << 23
 
 
@@ -80,12 +82,21 @@ if numba is not None:
     _capped_hops = numba.njit(cache=True, nogil=True)(_capped_hops)
 
 
+def hop_distance_blocks(
+    adjacency: sp.csr_matrix, sources: np.ndarray, cap: int
+) -> Iterator[tuple[slice, np.ndarray]]:
+    """``(rows, hops)`` per block of ``sources [Q]``: ``hops [len(rows), N]`` float64 hop counts from
+    ``sources[rows]`` to every node, ``inf`` beyond ``cap`` or unreachable; blocks of at most ``2**23``
+    elements, so memory stays bounded however many sources there are."""
+    step = max(1, _SCIPY_ELEMENTS // max(1, adjacency.shape[0]))
+    for start in range(0, sources.size, step):
+        rows = slice(start, start + step)
+        yield rows, dijkstra(adjacency, unweighted=True, indices=sources[rows], limit=cap)
+
+
 def _scipy_hops(adjacency: sp.csr_matrix, sources: np.ndarray, targets: np.ndarray, cap: int) -> np.ndarray:
     out = np.full(targets.shape, -1, dtype=np.int64)
-    step = max(1, _SCIPY_ELEMENTS // max(1, adjacency.shape[0]))
-    for s0 in range(0, sources.size, step):
-        rows = slice(s0, s0 + step)
-        dist = dijkstra(adjacency, unweighted=True, indices=sources[rows], limit=cap)
+    for rows, dist in hop_distance_blocks(adjacency, sources, cap):
         found = np.take_along_axis(dist, np.maximum(targets[rows], 0), axis=1)
         out[rows] = np.where(np.isfinite(found) & (targets[rows] >= 0), found, -1)
     return out

@@ -17,13 +17,12 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 import torch
-from scipy.sparse.csgraph import dijkstra
 from scipy.spatial import cKDTree
 from sklearn.linear_model import LogisticRegression
 from sklearn.neighbors import KNeighborsClassifier
 from torch import Tensor
 
-from kmipgt.analysis.hops import _SCIPY_ELEMENTS, undirected_adjacency
+from kmipgt.analysis.hops import hop_distance_blocks, undirected_adjacency
 
 
 def hop_means(x: Tensor, edge_index: Tensor, hops: int) -> list[Tensor]:
@@ -99,15 +98,13 @@ def label_agreement_by_hops(
     same = np.zeros(len(rings))
     source_mix = np.zeros((len(rings), classes))
     target_mix = np.zeros((len(rings), classes))
-    step = max(1, _SCIPY_ELEMENTS // n)  # bounds each call's [sources, N] float64 distance block
-    for start in range(0, sources.size, step):
-        chunk = sources[start:start + step]
-        hops = dijkstra(adjacency, unweighted=True, indices=chunk, limit=cap)
-        agree = labels[chunk][:, None] == labels[None, :]
+    for block, hops in hop_distance_blocks(adjacency, sources, cap):
+        source_labels = labels[sources[block]]
+        agree = source_labels[:, None] == labels[None, :]
         for i, (lo, hi) in enumerate(rings):
             in_ring = (hops >= lo) & (hops <= hi)
             same[i] += (in_ring & agree).sum()
-            source_mix[i] += np.bincount(labels[chunk], weights=in_ring.sum(1), minlength=classes)
+            source_mix[i] += np.bincount(source_labels, weights=in_ring.sum(1), minlength=classes)
             target_mix[i] += np.bincount(labels, weights=in_ring.sum(0), minlength=classes)
     rows = {}
     for i, (lo, hi) in enumerate(rings):
