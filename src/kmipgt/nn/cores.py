@@ -80,12 +80,16 @@ class KMIPCore(AttentionCore):
 
     where :math:`T_k^h(i)` are the ``k`` keys of :math:`i`'s graph with the largest
     :math:`\mathbf{q}^h_i \cdot \mathbf{k}^h_j` (all of them when the graph has at most ``k`` nodes).
-    Attention dropout acts on the k softmax weights.
+    Attention dropout acts on the k softmax weights. Key dropout (DropEdge for attention) acts before the
+    search: in training each key leaves it, with its value, with probability ``key_dropout``, so a query
+    attends to the top-k of the keys that remain and cannot lean on the same few keys every step.
 
     Args:
         heads, head_dim, dropout: see :class:`AttentionCore`.
         k: keys kept per query and head. (default: :obj:`16`)
         backend: key-search backend of :func:`kmipgt.ops.topk_inner_product`. (default: :obj:`"auto"`)
+        key_dropout: probability that a key (all heads at once) is left out of a training forward's
+            search. (default: :obj:`0.0`)
         **search: the other options of :func:`kmipgt.ops.kmip_attention` (:data:`KMIP_SEARCH_OPTIONS`:
             ``nlist``/``nprobe`` of the approximate backends, ``scale``, ...), passed on unchanged.
 
@@ -101,11 +105,14 @@ class KMIPCore(AttentionCore):
     last_recall: float | None = None
 
     def __init__(
-        self, heads: int, head_dim: int, dropout: float = 0.0, k: int = 16, backend: str = "auto", **search
+        self, heads: int, head_dim: int, dropout: float = 0.0, k: int = 16, backend: str = "auto",
+        key_dropout: float = 0.0, **search
     ):
         super().__init__(heads, head_dim, dropout)
         if not isinstance(k, int) or isinstance(k, bool) or k <= 0:
             raise ValueError(f"k must be a positive int, got {k!r}")
+        if not 0.0 <= key_dropout < 1.0:
+            raise ValueError(f"key_dropout must be in [0, 1), got {key_dropout}")
         unknown = sorted(set(search) - set(KMIP_SEARCH_OPTIONS))
         if unknown:
             raise TypeError(
@@ -113,19 +120,24 @@ class KMIPCore(AttentionCore):
                 f"known: k, backend, {', '.join(KMIP_SEARCH_OPTIONS)}"
             )
         check_recall(search.get("recall"), search.get("nprobe"))
-        self.k, self.backend, self.search = k, backend, search
+        self.k, self.backend, self.key_dropout, self.search = k, backend, key_dropout, search
 
     def forward(
         self, query: Tensor, key: Tensor, value: Tensor, edge_index: Tensor | None = None,
         batch: Tensor | None = None,
     ) -> Tensor:
         calibration = ops.ProbeCalibration() if self.search.get("recall") is not None else None
+        kept, key_ptr = None, None
+        if self.training and self.key_dropout > 0:
+            kept, key_ptr = self._kept_keys(key.shape[0], batch, key.device)
+            key, value = key[kept], value[kept]
         out = ops.kmip_attention(
             query,
             key,
             value,
             self.k,
             batch=batch,
+            key_ptr=key_ptr,
             dropout_p=self._dropout_p(),
             backend=self.backend,
             return_selection=self.keep_attention,
@@ -135,12 +147,26 @@ class KMIPCore(AttentionCore):
         if calibration is not None:
             self.last_recall = calibration.mean_recall
         if self.keep_attention:
-            out, self.last_attention = out
+            out, selection = out
+            if kept is not None:  # back from positions among the kept keys to the caller's rows
+                index = torch.where(selection.index >= 0, kept[selection.index.clamp_min(0)], -1)
+                selection = selection._replace(index=index)
+            self.last_attention = selection
         return out
 
+    def _kept_keys(self, num_keys: int, batch: Tensor | None, device: torch.device) -> tuple[Tensor, Tensor]:
+        """Rows ``[N']`` of the keys that stay in this forward's search, and their ``key_ptr [G + 1]``."""
+        kept = (torch.rand(num_keys, device=device) >= self.key_dropout).nonzero().squeeze(1)
+        if batch is None:
+            return kept, torch.tensor([0, kept.numel()], device=device)
+        num_graphs = int(batch[-1]) + 1 if num_keys else 0
+        counts = torch.bincount(batch[kept], minlength=num_graphs)
+        return kept, F.pad(counts.cumsum(0), (1, 0))
+
     def extra_repr(self) -> str:
+        dropout = f", key_dropout={self.key_dropout}" if self.key_dropout else ""
         options = "".join(f", {name}={value!r}" for name, value in self.search.items())
-        return f"k={self.k}, backend={self.backend!r}{options}"
+        return f"k={self.k}, backend={self.backend!r}{dropout}{options}"
 
 
 class FullCore(AttentionCore):

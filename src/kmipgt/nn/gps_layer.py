@@ -15,6 +15,7 @@ from kmipgt.nn.gated_gcn import GatedGCNLayer
 LOCAL_KINDS = ("gatedgcn", "gine", "sage", "gcn", "gat", "none")
 EDGE_LOCAL_KINDS = ("gatedgcn", "gine")  # the local MPNNs that read edge features
 NORM_KINDS = ("layer", "batch")
+ATTENTION_ORDERS = ("parallel", "series")
 
 
 def build_norm(kind: str, channels: int) -> torch.nn.Module:
@@ -72,6 +73,18 @@ class GPSLayer(torch.nn.Module):
     with a per-channel :math:`\boldsymbol{\alpha}` initialised at zero: at initialisation the layer is
     exactly the MPNN-only layer, and the attention is used only as far as the training signal asks for it.
 
+    ``attention_drop_path`` is stochastic depth of the attention branch, per node (torchvision's
+    ``stochastic_depth`` in ``"row"`` mode, a node being a sample): in training each node's attention
+    output is dropped with that probability and the others are scaled by :math:`1/(1-p)`, so a dropped
+    node's layer is its MPNN branch alone.
+
+    With ``attention_order="series"`` the attention comes first and the rest of the layer is the MPNN-only
+    layer on its output, so the MPNN passes on what the attention brought in:
+    :math:`\mathbf{h}_A = \mathbf{h} + \boldsymbol{\alpha} \odot \mathrm{Drop}(\mathrm{Attn}(\mathbf{h}))`
+    with the gate, else :math:`\mathrm{Norm}(\mathbf{h} + \mathrm{Drop}(\mathrm{Attn}(\mathbf{h})))`,
+    whatever ``branch_residual`` says (the layer input must reach the MPNN), then the layer on
+    :math:`\mathbf{h}_A` without the attention branch.
+
     With ``branch_residual=False`` the branches drop their ``h +`` (a GCN-style layer replaces each node by
     its aggregate instead of adding to it), and with ``ffn=False`` the layer ends with the activation
     instead of the FFN block, :math:`\mathbf{h}' = \sigma(\mathbf{h}_L + \mathbf{h}_G)`. Both off with
@@ -86,6 +99,9 @@ class GPSLayer(torch.nn.Module):
         heads: attention heads.
         dropout: dropout after each branch and inside the FFN.
         attn_dropout: dropout on the attention weights.
+        attention_drop_path: probability of dropping a node's attention output (stochastic depth).
+        attention_order: ``"parallel"`` (GraphGPS: the attention beside the MPNN) or ``"series"`` (the
+            attention, then the MPNN on its output).
         norm: ``"layer"`` or ``"batch"``.
         activation: FFN activation (``"gelu"`` or ``"relu"``).
         attention_gate: add the attention to the local branch through a zero-initialised gate.
@@ -113,14 +129,21 @@ class GPSLayer(torch.nn.Module):
         head_dim: int | None = None,
         qk_channels: int | None = None,
         attn_kwargs: dict[str, Any] | None = None,
+        attention_drop_path: float = 0.0,
+        attention_order: str = "parallel",
     ):
         super().__init__()
         if activation not in ("gelu", "relu"):
             raise ValueError(f"activation must be 'gelu' or 'relu', got {activation!r}")
+        if not 0.0 <= attention_drop_path < 1.0:
+            raise ValueError(f"attention_drop_path must be in [0, 1), got {attention_drop_path}")
+        if attention_order not in ATTENTION_ORDERS:
+            raise ValueError(f"attention_order must be one of {ATTENTION_ORDERS}, got {attention_order!r}")
         self.channels = channels
         self.local_kind = local
         self.attention_kind = attention
         self.dropout = dropout
+        self.attention_drop_path = attention_drop_path
         self.activation = activation
         self.branch_residual = branch_residual
         self.local = build_local_mpnn(local, channels, dropout, residual=branch_residual)
@@ -137,6 +160,9 @@ class GPSLayer(torch.nn.Module):
             raise ValueError("GPSLayer needs a local MPNN or a global attention; both are 'none'")
         if attention_gate and (self.local is None or self.attention is None):
             raise ValueError("attention_gate needs both a local MPNN and a global attention")
+        if attention_order == "series" and (self.local is None or self.attention is None):
+            raise ValueError("attention_order='series' needs both a local MPNN and a global attention")
+        self.series = attention_order == "series"
         self.norm_local = build_norm(norm, channels) if self.local is not None else None
         self.norm_attn = (
             build_norm(norm, channels) if self.attention is not None and not attention_gate else None
@@ -176,11 +202,15 @@ class GPSLayer(torch.nn.Module):
         h = F.dropout(self._act(self.ffn_in(x)), self.dropout, self.training)
         return F.dropout(self.ffn_out(h), self.dropout, self.training)
 
-    def _attention(self, x: Tensor, edge_index: Tensor, batch: Tensor | None, qk_x: Tensor | None) -> Tensor:
+    def _attention(
+        self, x: Tensor, edge_index: Tensor, batch: Tensor | None, qk_x: Tensor | None, residual: bool
+    ) -> Tensor:
         h = self._branch_dropout(self.attention(x, edge_index, batch, qk_x=qk_x))
+        if self.attention_drop_path and self.training:
+            h = h * F.dropout(h.new_ones(h.size(0), 1), self.attention_drop_path)
         if self.attention_gate is not None:
-            return self.attention_gate * h
-        return self.norm_attn(x + h if self.branch_residual else h)
+            return x + self.attention_gate * h if residual else self.attention_gate * h
+        return self.norm_attn(x + h if residual else h)
 
     def forward(
         self,
@@ -192,6 +222,8 @@ class GPSLayer(torch.nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         """``x [N, C]``, ``edge_index [2, E]``, ``batch [N]``, ``edge_attr [E, C]``, ``qk_x [N, P]``
         -> (x', edge_attr')."""
+        if self.series:
+            x = self._attention(x, edge_index, batch, qk_x, residual=True)
         branches = []
         if self.local is not None:
             if edge_attr is None and self.local_kind in EDGE_LOCAL_KINDS:
@@ -200,15 +232,17 @@ class GPSLayer(torch.nn.Module):
                 )
             h_local, edge_attr = self._local(x, edge_index, edge_attr)
             branches.append(h_local)
-        if self.attention is not None:
-            branches.append(self._attention(x, edge_index, batch, qk_x))
+        if self.attention is not None and not self.series:
+            residual = self.branch_residual and self.attention_gate is None
+            branches.append(self._attention(x, edge_index, batch, qk_x, residual))
         h = sum(branches)
         if not self.ffn:
             return F.dropout(self._act(h), self.dropout, self.training), edge_attr
         return self.norm_ffn(h + self._ffn(h)), edge_attr
 
     def __repr__(self) -> str:
+        order = ", attention_order='series'" if self.series else ""
         return (
             f"{self.__class__.__name__}({self.channels}, local={self.local_kind}, "
-            f"attention={self.attention!r})"
+            f"attention={self.attention!r}{order})"
         )

@@ -11,7 +11,7 @@ from torch import Tensor
 from torch_geometric.nn import global_add_pool, global_mean_pool
 
 from kmipgt.nn.encoders import EdgeEncoder, NodeEncoder
-from kmipgt.nn.gps_layer import EDGE_LOCAL_KINDS, GPSLayer
+from kmipgt.nn.gps_layer import ATTENTION_ORDERS, EDGE_LOCAL_KINDS, GPSLayer
 from kmipgt.nn.grf_core import share_walk_caches
 
 TASKS = ("node", "graph", "edge")
@@ -142,6 +142,10 @@ class GraphTransformer(_ReadoutModel):
         head_dim: attention head size (default ``channels // heads``).
         dropout: dropout in layers and head.
         attn_dropout: dropout on attention weights.
+        attention_drop_path: stochastic depth of the attention branch, per node (see
+            :class:`~kmipgt.nn.gps_layer.GPSLayer`).
+        attention_order: ``"parallel"`` or ``"series"`` (attention, then the MPNN on its output) in the
+            layers with attention (see :class:`~kmipgt.nn.gps_layer.GPSLayer`).
         norm: ``"layer"`` or ``"batch"``.
         activation: FFN activation.
         pooling: graph-level pooling, ``"mean"`` or ``"sum"``.
@@ -201,6 +205,8 @@ class GraphTransformer(_ReadoutModel):
         branch_residual: bool = True,
         ffn: bool = True,
         checkpoint: bool = False,
+        attention_drop_path: float = 0.0,
+        attention_order: str = "parallel",
     ):
         super().__init__(task, pooling)
         if num_layers < 0:
@@ -224,6 +230,9 @@ class GraphTransformer(_ReadoutModel):
             )
         self.edge_encoder = EdgeEncoder(edge_channels, channels) if local in EDGE_LOCAL_KINDS else None
         with_attention = _layers_with_attention(attention_layers, num_layers)
+        if attention_order not in ATTENTION_ORDERS:
+            raise ValueError(f"attention_order must be one of {ATTENTION_ORDERS}, got {attention_order!r}")
+        series = with_attention if attention != "none" and attention_order == "series" else set()
         self.layers = torch.nn.ModuleList(
             GPSLayer(
                 channels,
@@ -240,6 +249,8 @@ class GraphTransformer(_ReadoutModel):
                 head_dim=head_dim,
                 qk_channels=qk_channels,
                 attn_kwargs=attn_kwargs,
+                attention_drop_path=attention_drop_path,
+                attention_order="series" if i in series else "parallel",
             )
             for i in range(num_layers)
         )

@@ -68,7 +68,9 @@ class ModelConfig:
     ``kind``: ``gps`` (:class:`kmipgt.nn.GraphTransformer`) or a PyG baseline of
     :class:`kmipgt.nn.BaselineModel` (``mlp``, ``gcn``, ``sage``, ``gat``, ``sgformer``, ``polynormer``).
     ``channels``, ``num_layers``, ``dropout``, encoder and head keys mean the same for every kind; ``local``,
-    ``attention``, ``heads``, ``k``, ``head_dim``, ``attn_dropout``, ``attention_options`` and the
+    ``attention``, ``heads``, ``k``, ``head_dim``, ``attn_dropout``, ``attention_drop_path`` (stochastic
+    depth of the attention branch, per node), ``attention_order`` (``parallel``, or ``series``: attention,
+    then the MPNN on its output), ``attention_options`` (e.g. k-MIP's ``key_dropout``) and the
     ``attention_qk`` / ``attention_gate`` / ``attention_layers`` options (what queries and keys see, a
     zero-initialised gate on the attention branch, which layers have attention), ``branch_residual`` and
     ``ffn`` (the GPS layer's residuals and feed-forward block) and ``checkpoint`` (activation
@@ -97,6 +99,8 @@ class ModelConfig:
     attention_qk: str = "hidden"
     attention_gate: bool = False
     attention_layers: list[int] | None = None
+    attention_drop_path: float = 0.0
+    attention_order: str = "parallel"
     branch_residual: bool = True
     ffn: bool = True
     checkpoint: bool = False
