@@ -379,18 +379,19 @@ def select_layers_heads(
     """The layers (those with attention) and heads to explain (``None``: all); ValueError naming one that
     does not exist or has no attention."""
     modules = attention_modules(model)
-    for name, value, count in (("layer", layer, len(model.layers)), ("head", head, _heads(modules))):
+    for name, value, count in (("layer", layer, len(model.layers)), ("head", head, _first(modules).heads)):
         if value is not None and not 0 <= value < count:
             raise ValueError(f"{name} {value} does not exist: the model has {count} {name}s (0-{count - 1})")
     if layer is not None and layer not in modules:
         raise ValueError(f"layer {layer} has no global attention; the layers with attention are "
                          f"{', '.join(map(str, modules))}")
     layers = list(modules) if layer is None else [layer]
-    return layers, list(range(_heads(modules))) if head is None else [head]
+    return layers, list(range(_first(modules).heads)) if head is None else [head]
 
 
-def _heads(modules: dict[int, KMIPAttention | FullAttention]) -> int:
-    return next(iter(modules.values())).heads
+def _first(modules: dict[int, KMIPAttention | FullAttention]) -> KMIPAttention | FullAttention:
+    """The first layer's attention: every layer with attention has the same kind and heads."""
+    return next(iter(modules.values()))
 
 
 class _Explainer:
@@ -444,7 +445,7 @@ class _Explainer:
         self, context: _Context, num_nodes: int, heads: list[int], queries: dict[tuple[int, int], list]
     ) -> dict[str, Any]:
         """The ``explain.json`` content; ``queries`` maps ``(layer, head)`` to its listed query rows."""
-        full = isinstance(next(iter(self.modules.values())), FullAttention)
+        full = isinstance(_first(self.modules), FullAttention)
         layers = [
             {
                 "layer": number,

@@ -230,9 +230,10 @@ class GraphTransformer(_ReadoutModel):
             )
         self.edge_encoder = EdgeEncoder(edge_channels, channels) if local in EDGE_LOCAL_KINDS else None
         with_attention = _layers_with_attention(attention_layers, num_layers)
+        if attention == "none":  # the gate and the order, which only layers with attention take, stay off
+            with_attention = set()
         if attention_order not in ATTENTION_ORDERS:
             raise ValueError(f"attention_order must be one of {ATTENTION_ORDERS}, got {attention_order!r}")
-        series = with_attention if attention != "none" and attention_order == "series" else set()
         self.layers = torch.nn.ModuleList(
             GPSLayer(
                 channels,
@@ -243,14 +244,14 @@ class GraphTransformer(_ReadoutModel):
                 attn_dropout=attn_dropout,
                 norm=norm,
                 activation=activation,
-                attention_gate=attention_gate and attention != "none" and i in with_attention,
+                attention_gate=attention_gate and i in with_attention,
                 branch_residual=branch_residual,
                 ffn=ffn,
                 head_dim=head_dim,
                 qk_channels=qk_channels,
                 attn_kwargs=attn_kwargs,
                 attention_drop_path=attention_drop_path,
-                attention_order="series" if i in series else "parallel",
+                attention_order=attention_order if i in with_attention else "parallel",
             )
             for i in range(num_layers)
         )
