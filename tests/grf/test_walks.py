@@ -87,6 +87,12 @@ def test_walks_stop_at_dead_ends_and_max_len():
     assert set(walks.step[walks.start == 0].tolist()) == {0, 1}
     assert walks.step[walks.start == 1].tolist() == [0]
     assert walks.step[walks.start == 2].tolist() == [0]
+    # The edge into the dead end has weight 1/sqrt(out-degree 1 * in-degree 1): a finite load of
+    # (walkers that moved) / num_walks / (1 - p_halt).
+    moved = (walks.start == 0) & (walks.step == 1)
+    walker_counts = walks.load[moved].double().numpy() * 50 * (1 - 0.1)
+    np.testing.assert_allclose(walker_counts, np.round(walker_counts), atol=1e-4)
+    assert np.round(walker_counts).min() >= 1
     grid = nx.grid_2d_graph(5, 5)
     grid = nx.convert_node_labels_to_integers(grid)
     walks = sample_walks(_edge_index(grid), 25, num_walks=20, p_halt=0.05, max_len=2, seed=0)

@@ -180,3 +180,37 @@ def test_gps_conv_reset_and_argument_errors():
     assert not torch.equal(before, conv.attn.lin_query.weight)
     with pytest.raises(ValueError, match="attn_type"):
         KMIPGPSConv(16, None, attn_type="multihead")
+
+
+@pytest.mark.parametrize("kind", ["kmip", "full", "performer", "grf"])
+def test_without_value_projection_the_values_are_the_input_channels(kind):
+    x, edge_index, batch = _batch()
+    options = {"kmip": {"k": 4}, "grf": {"seed": 0}}.get(kind, {})
+    bare = ATTENTION_TYPES[kind](16, heads=2, value_projection=False, **options).eval()
+    assert not any(name.startswith("lin_value") for name, _ in bare.named_parameters())
+    torch.testing.assert_close(bare.query_key_value(x)[2], x.view(-1, 2, 8))
+    # The same module with an identity W_V (and zero bias) is an independent computation of the same thing.
+    projected = ATTENTION_TYPES[kind](16, heads=2, **options).eval()
+    projected.load_state_dict(bare.state_dict(), strict=False)
+    with torch.no_grad():
+        projected.lin_value.weight.copy_(torch.eye(16))
+        projected.lin_value.bias.zero_()
+    out = bare(x, edge_index, batch)
+    assert out.isfinite().all()
+    torch.testing.assert_close(out, projected(x, edge_index, batch))
+    assert "value_projection=False" in repr(bare)
+
+
+def test_value_projection_off_needs_heads_times_head_dim_channels():
+    with pytest.raises(ValueError, match="heads \\* head_dim == channels"):
+        KMIPAttention(16, heads=2, head_dim=5, value_projection=False)
+
+
+def test_config_attention_options_drop_the_value_projection():
+    config = load_config(None, ["model.attention_options={value_projection: false}"])
+    kwargs = config.model.attn_kwargs()
+    with_values = GraphTransformer(5, 16, 2, num_layers=2, heads=2, attn_kwargs={"k": 16})
+    without = GraphTransformer(5, 16, 2, num_layers=2, heads=2, attn_kwargs=kwargs)
+    count = sum(p.numel() for p in with_values.parameters()) - sum(p.numel() for p in without.parameters())
+    assert count == 2 * (16 * 16 + 16)
+    assert all(isinstance(layer.attention.lin_value, torch.nn.Identity) for layer in without.layers)

@@ -149,7 +149,10 @@ def _csr_adjacency(
     row, col = keys // num_nodes, keys % num_nodes
     deg = torch.bincount(row, minlength=num_nodes)
     if symmetric_normalise:
-        weight = (deg[row] * deg[col]).to(dtype).rsqrt()
+        # The target's in-degree, not its out-degree: they agree on undirected graphs, and on a directed
+        # edge into a node without out-edges the out-degree is 0 and the weight would be infinite.
+        in_deg = torch.bincount(col, minlength=num_nodes)
+        weight = (deg[row] * in_deg[col]).to(dtype).rsqrt()
     rowptr = torch.cat([deg.new_zeros(1), deg.cumsum(0)])
     return rowptr, col, weight
 
@@ -220,7 +223,8 @@ def sample_walks(
         seed: seeds a private ``torch.Generator``; ``None`` draws a fresh seed.
         ptr: ``[G + 1]`` graph offsets of a block-diagonal batch; checked so that no edge (hence no
             walk) crosses graphs.
-        edge_weight: ``[E]`` non-negative ``W``; default symmetric normalisation ``1/√(d_i d_j)``.
+        edge_weight: ``[E]`` non-negative ``W``; default symmetric normalisation ``1/√(d_i d_j)`` (for a
+            directed edge i → j: i's out-degree and j's in-degree).
         antithetic: pair walkers with antithetic termination (needs even ``num_walks``).
         repelling: walkers of one start node sharing a node pick neighbours without replacement.
         dtype: floating dtype of the loads.

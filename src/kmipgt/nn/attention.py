@@ -65,6 +65,9 @@ class ProjectedAttention(torch.nn.Module):
         qk_dim: size of each head's queries and keys when it differs from the values' ``head_dim`` (the
             reference's City-Networks runs use 10 and 17): the search and the logits run in this width,
             the values keep theirs. (default: ``head_dim``)
+        value_projection: project the values with :math:`W_V` (default). ``False`` uses the input's
+            channels as values, head h reading channels :math:`[h d, (h + 1) d)` of :math:`\mathbf{x}`, so
+            that each head's output is a weighted mean of hidden states; needs :math:`H d` = ``channels``.
         **attn_kwargs: options of the kind's core.
     """
 
@@ -81,6 +84,7 @@ class ProjectedAttention(torch.nn.Module):
         dropout: float = 0.0,
         qk_channels: int | None = None,
         qk_dim: int | None = None,
+        value_projection: bool = True,
         **attn_kwargs,
     ):
         super().__init__()
@@ -105,18 +109,24 @@ class ProjectedAttention(torch.nn.Module):
         if qk_dim <= 0:
             raise ValueError(f"qk_dim must be positive, got {qk_dim}")
         self.channels, self.qk_channels, self.heads, self.head_dim = channels, qk_channels, heads, head_dim
-        self.qk_dim = qk_dim
+        self.qk_dim, self.value_projection = qk_dim, value_projection
         inner = heads * head_dim
+        if not value_projection and inner != channels:
+            raise ValueError(
+                "value_projection=False needs heads * head_dim == channels, "
+                f"got {heads} * {head_dim} != {channels}"
+            )
         self.lin_query = torch.nn.Linear(qk_channels, heads * qk_dim)
         self.lin_key = torch.nn.Linear(qk_channels, heads * qk_dim)
-        self.lin_value = torch.nn.Linear(channels, inner)
+        self.lin_value = torch.nn.Linear(channels, inner) if value_projection else torch.nn.Identity()
         self.lin_out = torch.nn.Linear(inner, channels)
         # A core's own sizes (random features, projections) are those of the queries and keys.
         self.core = CORES[self.attn_type](heads, qk_dim, dropout, **attn_kwargs)
 
     def reset_parameters(self) -> None:
         for lin in (self.lin_query, self.lin_key, self.lin_value, self.lin_out):
-            lin.reset_parameters()
+            if isinstance(lin, torch.nn.Linear):  # not the identity of value_projection=False
+                lin.reset_parameters()
         self.core.reset_parameters()
 
     @torch.no_grad()
@@ -184,7 +194,9 @@ class ProjectedAttention(torch.nn.Module):
         options = ", ".join(
             filter(None, [
                 f"heads={self.heads}", f"head_dim={self.head_dim}",
-                f"qk_dim={self.qk_dim}" if self.qk_dim != self.head_dim else "", self.core.extra_repr(),
+                f"qk_dim={self.qk_dim}" if self.qk_dim != self.head_dim else "",
+                "" if self.value_projection else "value_projection=False",
+                self.core.extra_repr(),
             ])
         )
         return f"{self.__class__.__name__}({self.channels}, {options})"

@@ -16,6 +16,7 @@ LOCAL_KINDS = ("gatedgcn", "gine", "sage", "gcn", "gat", "none")
 EDGE_LOCAL_KINDS = ("gatedgcn", "gine")  # the local MPNNs that read edge features
 NORM_KINDS = ("layer", "batch")
 ATTENTION_ORDERS = ("parallel", "series")
+NORM_POSITIONS = ("post", "pre")
 
 
 def build_norm(kind: str, channels: int) -> torch.nn.Module:
@@ -85,6 +86,18 @@ class GPSLayer(torch.nn.Module):
     whatever ``branch_residual`` says (the layer input must reach the MPNN), then the layer on
     :math:`\mathbf{h}_A` without the attention branch.
 
+    With ``norm_position="pre"`` the norms move onto the branch inputs (pre-norm, as in most
+    transformers since GPT-2) and the residual stream is never normalised:
+
+    .. math::
+        \mathbf{h} &= \mathbf{x} + \mathrm{Drop}(\mathrm{MPNN}(\mathrm{Norm}(\mathbf{x}), \mathbf{e}))
+            + \mathrm{Drop}(\mathrm{Attn}(\mathrm{Norm}'(\mathbf{x}))) \\
+        \mathbf{h}' &= \mathbf{h} + \mathrm{FFN}(\mathrm{Norm}''(\mathbf{h}))
+
+    (the attention term times :math:`\boldsymbol{\alpha}` with the gate; GatedGCN's edges become
+    :math:`\mathbf{e} + \hat{\mathbf{e}}`). It needs the residuals, the FFN and the parallel order;
+    :class:`~kmipgt.nn.model.GraphTransformer` then normalises the last layer's output once.
+
     With ``branch_residual=False`` the branches drop their ``h +`` (a GCN-style layer replaces each node by
     its aggregate instead of adding to it), and with ``ffn=False`` the layer ends with the activation
     instead of the FFN block, :math:`\mathbf{h}' = \sigma(\mathbf{h}_L + \mathbf{h}_G)`. Both off with
@@ -102,6 +115,8 @@ class GPSLayer(torch.nn.Module):
         attention_drop_path: probability of dropping a node's attention output (stochastic depth).
         attention_order: ``"parallel"`` (GraphGPS: the attention beside the MPNN) or ``"series"`` (the
             attention, then the MPNN on its output).
+        norm_position: ``"post"`` (GraphGPS: each residual sum normalised) or ``"pre"`` (each branch's
+            input normalised).
         norm: ``"layer"`` or ``"batch"``.
         activation: FFN activation (``"gelu"`` or ``"relu"``).
         attention_gate: add the attention to the local branch through a zero-initialised gate.
@@ -131,6 +146,7 @@ class GPSLayer(torch.nn.Module):
         attn_kwargs: dict[str, Any] | None = None,
         attention_drop_path: float = 0.0,
         attention_order: str = "parallel",
+        norm_position: str = "post",
     ):
         super().__init__()
         if activation not in ("gelu", "relu"):
@@ -139,6 +155,8 @@ class GPSLayer(torch.nn.Module):
             raise ValueError(f"attention_drop_path must be in [0, 1), got {attention_drop_path}")
         if attention_order not in ATTENTION_ORDERS:
             raise ValueError(f"attention_order must be one of {ATTENTION_ORDERS}, got {attention_order!r}")
+        _check_norm_position(norm_position, branch_residual, ffn, attention_order)
+        self.pre_norm = norm_position == "pre"
         self.channels = channels
         self.local_kind = local
         self.attention_kind = attention
@@ -146,7 +164,9 @@ class GPSLayer(torch.nn.Module):
         self.attention_drop_path = attention_drop_path
         self.activation = activation
         self.branch_residual = branch_residual
-        self.local = build_local_mpnn(local, channels, dropout, residual=branch_residual)
+        # Pre-norm adds GatedGCN's residual itself: the layer sees Norm(x), the residual stream x.
+        residual = branch_residual and not self.pre_norm
+        self.local = build_local_mpnn(local, channels, dropout, residual=residual)
         self.attention = build_global_attention(
             attention,
             channels,
@@ -164,9 +184,8 @@ class GPSLayer(torch.nn.Module):
             raise ValueError("attention_order='series' needs both a local MPNN and a global attention")
         self.series = attention_order == "series"
         self.norm_local = build_norm(norm, channels) if self.local is not None else None
-        self.norm_attn = (
-            build_norm(norm, channels) if self.attention is not None and not attention_gate else None
-        )
+        attention_norm = self.attention is not None and (self.pre_norm or not attention_gate)
+        self.norm_attn = build_norm(norm, channels) if attention_norm else None
         self.attention_gate = torch.nn.Parameter(torch.zeros(channels)) if attention_gate else None
         self.ffn = ffn
         if ffn:
@@ -202,12 +221,19 @@ class GPSLayer(torch.nn.Module):
         h = F.dropout(self._act(self.ffn_in(x)), self.dropout, self.training)
         return F.dropout(self.ffn_out(h), self.dropout, self.training)
 
-    def _attention(
-        self, x: Tensor, edge_index: Tensor, batch: Tensor | None, qk_x: Tensor | None, residual: bool
+    def _attention_output(
+        self, x: Tensor, edge_index: Tensor, batch: Tensor | None, qk_x: Tensor | None
     ) -> Tensor:
+        """The attention branch's output, dropped out and, per node, dropped (stochastic depth)."""
         h = self._branch_dropout(self.attention(x, edge_index, batch, qk_x=qk_x))
         if self.attention_drop_path and self.training:
             h = h * F.dropout(h.new_ones(h.size(0), 1), self.attention_drop_path)
+        return h
+
+    def _attention(
+        self, x: Tensor, edge_index: Tensor, batch: Tensor | None, qk_x: Tensor | None, residual: bool
+    ) -> Tensor:
+        h = self._attention_output(x, edge_index, batch, qk_x)
         if self.attention_gate is not None:
             return x + self.attention_gate * h if residual else self.attention_gate * h
         return self.norm_attn(x + h if residual else h)
@@ -222,14 +248,16 @@ class GPSLayer(torch.nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         """``x [N, C]``, ``edge_index [2, E]``, ``batch [N]``, ``edge_attr [E, C]``, ``qk_x [N, P]``
         -> (x', edge_attr')."""
+        if self.local is not None and edge_attr is None and self.local_kind in EDGE_LOCAL_KINDS:
+            raise ValueError(
+                f"edge_attr [E, {self.channels}] is required by the local MPNN {self.local_kind!r}"
+            )
+        if self.pre_norm:
+            return self._forward_pre_norm(x, edge_index, batch, edge_attr, qk_x)
         if self.series:
             x = self._attention(x, edge_index, batch, qk_x, residual=True)
         branches = []
         if self.local is not None:
-            if edge_attr is None and self.local_kind in EDGE_LOCAL_KINDS:
-                raise ValueError(
-                    f"edge_attr [E, {self.channels}] is required by the local MPNN {self.local_kind!r}"
-                )
             h_local, edge_attr = self._local(x, edge_index, edge_attr)
             branches.append(h_local)
         if self.attention is not None and not self.series:
@@ -240,9 +268,36 @@ class GPSLayer(torch.nn.Module):
             return F.dropout(self._act(h), self.dropout, self.training), edge_attr
         return self.norm_ffn(h + self._ffn(h)), edge_attr
 
+    def _forward_pre_norm(
+        self, x: Tensor, edge_index: Tensor, batch: Tensor | None, edge_attr: Tensor | None,
+        qk_x: Tensor | None,
+    ) -> tuple[Tensor, Tensor | None]:
+        h = x
+        if isinstance(self.local, GatedGCNLayer):
+            h_local, edge_hat = self.local(self.norm_local(x), edge_index, edge_attr)
+            h, edge_attr = h + h_local, edge_attr + edge_hat
+        elif self.local is not None:
+            args = (edge_attr,) if self.local_kind in EDGE_LOCAL_KINDS else ()
+            h = h + self._branch_dropout(self.local(self.norm_local(x), edge_index, *args))
+        if self.attention is not None:
+            h_attn = self._attention_output(self.norm_attn(x), edge_index, batch, qk_x)
+            h = h + (h_attn if self.attention_gate is None else self.attention_gate * h_attn)
+        return h + self._ffn(self.norm_ffn(h)), edge_attr
+
     def __repr__(self) -> str:
         order = ", attention_order='series'" if self.series else ""
+        order += ", norm_position='pre'" if self.pre_norm else ""
         return (
             f"{self.__class__.__name__}({self.channels}, local={self.local_kind}, "
             f"attention={self.attention!r}{order})"
+        )
+
+
+def _check_norm_position(norm_position: str, branch_residual: bool, ffn: bool, attention_order: str) -> None:
+    if norm_position not in NORM_POSITIONS:
+        raise ValueError(f"norm_position must be one of {NORM_POSITIONS}, got {norm_position!r}")
+    if norm_position == "pre" and not (branch_residual and ffn and attention_order == "parallel"):
+        raise ValueError(
+            "norm_position='pre' needs branch_residual=True, ffn=True and attention_order='parallel' "
+            "(a norm before a branch needs a residual stream to leave unnormalised)"
         )

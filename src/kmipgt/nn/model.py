@@ -11,7 +11,7 @@ from torch import Tensor
 from torch_geometric.nn import global_add_pool, global_mean_pool
 
 from kmipgt.nn.encoders import EdgeEncoder, NodeEncoder
-from kmipgt.nn.gps_layer import ATTENTION_ORDERS, EDGE_LOCAL_KINDS, GPSLayer
+from kmipgt.nn.gps_layer import ATTENTION_ORDERS, EDGE_LOCAL_KINDS, GPSLayer, build_norm
 from kmipgt.nn.grf_core import share_walk_caches
 
 TASKS = ("node", "graph", "edge")
@@ -146,6 +146,8 @@ class GraphTransformer(_ReadoutModel):
             :class:`~kmipgt.nn.gps_layer.GPSLayer`).
         attention_order: ``"parallel"`` or ``"series"`` (attention, then the MPNN on its output) in the
             layers with attention (see :class:`~kmipgt.nn.gps_layer.GPSLayer`).
+        norm_position: ``"post"`` (GraphGPS) or ``"pre"`` (norms on the branch inputs, and one norm after
+            the last layer; see :class:`~kmipgt.nn.gps_layer.GPSLayer`).
         norm: ``"layer"`` or ``"batch"``.
         activation: FFN activation.
         pooling: graph-level pooling, ``"mean"`` or ``"sum"``.
@@ -207,6 +209,7 @@ class GraphTransformer(_ReadoutModel):
         checkpoint: bool = False,
         attention_drop_path: float = 0.0,
         attention_order: str = "parallel",
+        norm_position: str = "post",
     ):
         super().__init__(task, pooling)
         if num_layers < 0:
@@ -252,16 +255,19 @@ class GraphTransformer(_ReadoutModel):
                 attn_kwargs=attn_kwargs,
                 attention_drop_path=attention_drop_path,
                 attention_order=attention_order if i in with_attention else "parallel",
+                norm_position=norm_position,
             )
             for i in range(num_layers)
         )
+        # Pre-norm layers leave their residual stream unnormalised; the head gets it normalised once.
+        self.norm_out = build_norm(norm, channels) if norm_position == "pre" and num_layers else None
         # Walks depend only on the graph: one set for all GRF layers, not one per layer (9 GB at London size).
         share_walk_caches(self)
         self._tie_position_attention()
         self.head = MLPHead(channels, out_channels, head_layers, dropout)
 
     def reset_parameters(self) -> None:
-        for module in [self.node_encoder, self.edge_encoder, *self.layers, self.head]:
+        for module in [self.node_encoder, self.edge_encoder, *self.layers, self.norm_out, self.head]:
             if module is not None:
                 module.reset_parameters()
         self._tie_position_attention()
@@ -297,4 +303,4 @@ class GraphTransformer(_ReadoutModel):
                 )
             else:
                 h, e = layer(h, edge_index, batch=batch, edge_attr=e, qk_x=qk)
-        return h
+        return h if self.norm_out is None else self.norm_out(h)

@@ -70,7 +70,8 @@ class ModelConfig:
     ``channels``, ``num_layers``, ``dropout``, encoder and head keys mean the same for every kind; ``local``,
     ``attention``, ``heads``, ``k``, ``head_dim``, ``attn_dropout``, ``attention_drop_path`` (stochastic
     depth of the attention branch, per node), ``attention_order`` (``parallel``, or ``series``: attention,
-    then the MPNN on its output), ``attention_options`` (e.g. k-MIP's ``key_dropout``) and the
+    then the MPNN on its output), ``norm_position`` (``post``, GraphGPS, or ``pre``: norms on the branch
+    inputs), ``attention_options`` (e.g. k-MIP's ``key_dropout``) and the
     ``attention_qk`` / ``attention_gate`` / ``attention_layers`` options (what queries and keys see, a
     zero-initialised gate on the attention branch, which layers have attention), ``branch_residual`` and
     ``ffn`` (the GPS layer's residuals and feed-forward block) and ``checkpoint`` (activation
@@ -101,6 +102,7 @@ class ModelConfig:
     attention_layers: list[int] | None = None
     attention_drop_path: float = 0.0
     attention_order: str = "parallel"
+    norm_position: str = "post"
     branch_residual: bool = True
     ffn: bool = True
     checkpoint: bool = False

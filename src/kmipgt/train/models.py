@@ -24,7 +24,7 @@ _SHARED_MODEL_KEYS = (
 _GPS_MODEL_KEYS = (
     "local", "attention", "heads", "head_dim", "attn_dropout", "norm", "activation",
     "attention_qk", "attention_gate", "attention_layers", "branch_residual", "ffn", "checkpoint",
-    "attention_drop_path", "attention_order",
+    "attention_drop_path", "attention_order", "norm_position",
 )
 # GPS keys that reach the model as the attention core's attn_kwargs (ModelConfig.attn_kwargs).
 _GPS_ATTENTION_KEYS = ("k", "attention_options")

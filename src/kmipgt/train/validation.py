@@ -17,7 +17,7 @@ from kmipgt.distributed.launch import STRATEGIES
 from kmipgt.distributed.partition import PARTITIONS
 from kmipgt.malloc import ALLOCATORS
 from kmipgt.nn.attention import ATTENTION_KINDS
-from kmipgt.nn.gps_layer import LOCAL_KINDS, NORM_KINDS
+from kmipgt.nn.gps_layer import ATTENTION_ORDERS, LOCAL_KINDS, NORM_KINDS, NORM_POSITIONS
 from kmipgt.nn.model import ATTENTION_QK, POOLINGS, TASKS
 from kmipgt.train.config import Config
 from kmipgt.train.loop import PRECISIONS
@@ -72,6 +72,8 @@ def _check_model(config: Config) -> None:
     _one_of("model.local", m.local, LOCAL_KINDS)
     _one_of("model.attention", m.attention, ATTENTION_KINDS)
     _one_of("model.norm", m.norm, NORM_KINDS)
+    _one_of("model.norm_position", m.norm_position, NORM_POSITIONS)
+    _one_of("model.attention_order", m.attention_order, ATTENTION_ORDERS)
     _one_of("model.activation", m.activation, _ACTIVATIONS)
     _one_of("model.pooling", m.pooling, POOLINGS)
     _one_of("model.attention_qk", m.attention_qk, ATTENTION_QK)
