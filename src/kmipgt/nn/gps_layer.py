@@ -200,13 +200,18 @@ class GPSLayer(torch.nn.Module):
         if self.attention_gate is not None:
             torch.nn.init.zeros_(self.attention_gate)
 
-    def _local(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor) -> tuple[Tensor, Tensor]:
+    def _mpnn(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor) -> tuple[Tensor, Tensor]:
+        """The local MPNN on ``x``: GatedGCN's nodes and edges as it returns them (its residual included
+        when built with one), another kind's nodes dropped out and the edges unchanged."""
         if isinstance(self.local, GatedGCNLayer):
-            h, edge_attr = self.local(x, edge_index, edge_attr)
-        else:
-            args = (edge_attr,) if self.local_kind in EDGE_LOCAL_KINDS else ()
-            h = self._branch_dropout(self.local(x, edge_index, *args))
-            h = x + h if self.branch_residual else h
+            return self.local(x, edge_index, edge_attr)
+        args = (edge_attr,) if self.local_kind in EDGE_LOCAL_KINDS else ()
+        return self._branch_dropout(self.local(x, edge_index, *args)), edge_attr
+
+    def _local(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor) -> tuple[Tensor, Tensor]:
+        h, edge_attr = self._mpnn(x, edge_index, edge_attr)
+        if self.branch_residual and not isinstance(self.local, GatedGCNLayer):  # GatedGCN adds its own
+            h = x + h
         return self.norm_local(h), edge_attr
 
     def _branch_dropout(self, h: Tensor) -> Tensor:
@@ -273,12 +278,11 @@ class GPSLayer(torch.nn.Module):
         qk_x: Tensor | None,
     ) -> tuple[Tensor, Tensor | None]:
         h = x
-        if isinstance(self.local, GatedGCNLayer):
-            h_local, edge_hat = self.local(self.norm_local(x), edge_index, edge_attr)
-            h, edge_attr = h + h_local, edge_attr + edge_hat
-        elif self.local is not None:
-            args = (edge_attr,) if self.local_kind in EDGE_LOCAL_KINDS else ()
-            h = h + self._branch_dropout(self.local(self.norm_local(x), edge_index, *args))
+        if self.local is not None:
+            h_local, edges = self._mpnn(self.norm_local(x), edge_index, edge_attr)
+            h = h + h_local
+            if isinstance(self.local, GatedGCNLayer):  # built without its residual: edges is its update
+                edge_attr = edge_attr + edges
         if self.attention is not None:
             h_attn = self._attention_output(self.norm_attn(x), edge_index, batch, qk_x)
             h = h + (h_attn if self.attention_gate is None else self.attention_gate * h_attn)
