@@ -1,7 +1,7 @@
 """Bytes a training step of ``distributed.strategy: graph`` sends per rank and GPS layer, beside the formula.
 
     torchrun --standalone --nproc-per-node 2 examples/graph_partition_volume.py \\
-        --config configs/synthetic_city.yaml --set threads=1
+        --config configs/synthetic_city_graphgps.yaml --set threads=1
 
 Builds the run's trainer on every rank (the same partition, halo plan and model a ``kmipgt train`` run with
 ``distributed.strategy=graph`` builds), runs one forward and backward of the partitioned model on the
@@ -35,7 +35,7 @@ def layer_formula(trainer: Trainer, ranks: int) -> dict[str, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="configs/synthetic_city.yaml")
+    parser.add_argument("--config", default="configs/synthetic_city_graphgps.yaml")
     parser.add_argument("--set", action="append", default=[], help="config override key.sub=value")
     args = parser.parse_args()
     dist.init_process_group("gloo")

@@ -1,7 +1,8 @@
 """Tiny node-level runs of ``distributed.strategy: graph`` (spawned ranks import this module).
 
-A 300-node synthetic city, 2 GPS layers (GatedGCN + position-keyed k-MIP, as ``synthetic_city.yaml``) with
-every dropout off, so the runs are deterministic and one process is the reference.
+A 300-node synthetic city, 2 GPS layers (GatedGCN + position-keyed k-MIP, as
+``synthetic_city_graphgps.yaml``) with every dropout off, so the runs are deterministic and one process is
+the reference.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ GRAPH_OVERRIDES = [
 
 
 def graph_config(out_dir: str, strategy: str, *overrides: str):
-    """``synthetic_city.yaml`` shrunk by :data:`GRAPH_OVERRIDES`, then ``overrides``."""
+    """``synthetic_city_graphgps.yaml`` shrunk by :data:`GRAPH_OVERRIDES`, then ``overrides``."""
     run = [f"out_dir={out_dir}", f"distributed.strategy={strategy}"]
-    return load_config("synthetic_city", [*GRAPH_OVERRIDES, *run, *overrides])
+    return load_config("synthetic_city_graphgps", [*GRAPH_OVERRIDES, *run, *overrides])
 
 
 def first_step_gradients(config) -> dict[str, torch.Tensor]:

@@ -29,7 +29,7 @@ def sign_graphs(num_graphs: int, seed: int = 0, edge_dim: int = 0) -> list[Data]
 def train_tiny_city(out, attention: str = "kmip", num_nodes: int = 600) -> None:
     """Two epochs of a 2-layer, 16-channel GPS model on a small synthetic city, written to ``out``."""
     code = main([
-        "train", "--no-progress", "--config", "configs/synthetic_city.yaml",
+        "train", "--no-progress", "--config", "configs/synthetic_city_graphgps.yaml",
         *("--set", f"out_dir={out}", "--set", f"data.options={{num_nodes: {num_nodes}, seed: 0}}"),
         *("--set", "model.num_layers=2", "--set", "model.channels=16", "--set", "threads=1"),
         *("--set", f"model.attention={attention}", "--set", "optim.epochs=2"),

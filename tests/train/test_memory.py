@@ -11,7 +11,8 @@ TINY = ["data.options={num_nodes: 300, seed: 0}", "model.num_layers=2", "model.c
 
 
 def _breakdown(tmp_path, *overrides):
-    return memory_breakdown(load_config("synthetic_city", [*TINY, f"out_dir={tmp_path}", *overrides]))
+    config = load_config("synthetic_city_graphgps", [*TINY, f"out_dir={tmp_path}", *overrides])
+    return memory_breakdown(config)
 
 
 def test_plain_step_attributes_saved_bytes_to_the_layer_components(tmp_path):
@@ -19,7 +20,7 @@ def test_plain_step_attributes_saved_bytes_to_the_layer_components(tmp_path):
     saved = result["saved_mib"]
     assert saved["local MPNN (GatedGCN)"] > 0 and saved["attention (projections, search, gathers)"] > 0
     assert "checkpointed layer inputs" not in saved
-    model = Trainer(load_config("synthetic_city", [*TINY, f"out_dir={tmp_path}"])).model
+    model = Trainer(load_config("synthetic_city_graphgps", [*TINY, f"out_dir={tmp_path}"])).model
     params = sum(p.numel() for p in model.parameters()) * 4 / 2**20
     assert abs(result["state_mib"]["parameters"] - params) < 0.1
     assert abs(result["state_mib"]["optimizer moments"] - 2 * params) < 0.1  # AdamW: two moments
@@ -45,7 +46,7 @@ def test_checkpointing_keeps_only_the_layer_inputs(tmp_path):
 
 def test_cli_writes_the_json(tmp_path, capsys):
     out = tmp_path / "memory.json"
-    args = ["bench", "memory", "--config", "synthetic_city", "--out", str(out)]
+    args = ["bench", "memory", "--config", "synthetic_city_graphgps", "--out", str(out)]
     for item in [*TINY, f"out_dir={tmp_path}"]:
         args += ["--set", item]
     assert main(args) == 0
