@@ -144,8 +144,8 @@ def test_torchrun_runs_the_command_on_two_ranks(tmp_path, one_process):
     sets = [arg for item in [*GRAPH_OVERRIDES, f"out_dir={out}"] for arg in ("--set", item)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "KMIPGT_CACHE": str(tmp_path / "cache"),
            "PYTHONPATH": os.pathsep.join(sys.path)}
-    args = ["--nproc-per-node", "2", "-m", "kmipgt", "train", "--no-progress", "--config", "synthetic_city",
-            *sets, "--set", "distributed.strategy=graph"]
+    args = ["--nproc-per-node", "2", "-m", "kmipgt", "train", "--no-progress",
+            "--config", "synthetic_city_graphgps", *sets, "--set", "distributed.strategy=graph"]
     result = run_torchrun(args, env, timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
     want = _column(one_process["gatedgcn"], "train_loss")
@@ -158,8 +158,8 @@ def test_example_bytes_sent_equal_the_formula(tmp_path):
            "PYTHONPATH": os.pathsep.join(sys.path)}
     sets = [arg for item in GRAPH_OVERRIDES for arg in ("--set", item)]
     example = TESTS.parent / "examples" / "graph_partition_volume.py"
-    result = run_torchrun(["--nproc-per-node", "2", str(example), "--config", "synthetic_city", *sets],
-                          env, timeout=180)
+    args = ["--nproc-per-node", "2", str(example), "--config", "synthetic_city_graphgps", *sets]
+    result = run_torchrun(args, env, timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
     pairs = re.findall(r"measured\s+([\d,]+)\s+formula\s+([\d,]+)", result.stdout)
     assert len(pairs) == 6 and int(pairs[0][0].replace(",", "")) > 0
