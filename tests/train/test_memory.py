@@ -10,9 +10,12 @@ from kmipgt.train.memory import memory_breakdown
 TINY = ["data.options={num_nodes: 300, seed: 0}", "model.num_layers=2", "model.channels=16", "threads=1"]
 
 
+def _config(tmp_path, *overrides):
+    return load_config("synthetic_city_graphgps", [*TINY, f"out_dir={tmp_path}", *overrides])
+
+
 def _breakdown(tmp_path, *overrides):
-    config = load_config("synthetic_city_graphgps", [*TINY, f"out_dir={tmp_path}", *overrides])
-    return memory_breakdown(config)
+    return memory_breakdown(_config(tmp_path, *overrides))
 
 
 def test_plain_step_attributes_saved_bytes_to_the_layer_components(tmp_path):
@@ -20,7 +23,7 @@ def test_plain_step_attributes_saved_bytes_to_the_layer_components(tmp_path):
     saved = result["saved_mib"]
     assert saved["local MPNN (GatedGCN)"] > 0 and saved["attention (projections, search, gathers)"] > 0
     assert "checkpointed layer inputs" not in saved
-    model = Trainer(load_config("synthetic_city_graphgps", [*TINY, f"out_dir={tmp_path}"])).model
+    model = Trainer(_config(tmp_path)).model
     params = sum(p.numel() for p in model.parameters()) * 4 / 2**20
     assert abs(result["state_mib"]["parameters"] - params) < 0.1
     assert abs(result["state_mib"]["optimizer moments"] - 2 * params) < 0.1  # AdamW: two moments
