@@ -19,6 +19,7 @@ from torch import Tensor
 
 from kmipgt import ops
 from kmipgt.grf import linear_attention, orthogonal_random_features
+from kmipgt.ops.ragged import RaggedLayout, layout_of
 from kmipgt.ops.search.ivf_common import check_recall
 
 __all__ = ["AttentionCore", "FullCore", "KMIPCore", "PerformerCore"]
@@ -63,7 +64,7 @@ class AttentionCore(torch.nn.Module):
 # check_finite, ...) is a search option passed through unchanged, so one that ops gains needs no change here.
 _KMIP_OWN_ARGS = {
     "query", "key", "value", "k", "ptr", "batch", "key_ptr", "key_batch", "dropout_p", "backend",
-    "return_selection", "calibration",
+    "return_selection", "calibration", "layout",
 }
 KMIP_SEARCH_OPTIONS = tuple(
     name for name in inspect.signature(ops.kmip_attention).parameters if name not in _KMIP_OWN_ARGS
@@ -127,22 +128,27 @@ class KMIPCore(AttentionCore):
         batch: Tensor | None = None,
     ) -> Tensor:
         calibration = ops.ProbeCalibration() if self.search.get("recall") is not None else None
-        kept, key_ptr = None, None
+        layout = layout_of(query.shape[0], query.device, batch)
+        where: dict = {"layout": layout}
+        kept = None
         if self.training and self.key_dropout > 0:
-            kept, key_ptr = self._kept_keys(key.shape[0], batch, key.device)
+            kept, key_ptr = self._kept_keys(key.shape[0], layout)
             key, value = key[kept], value[kept]
+            where = {"ptr": layout.ptr, "key_ptr": key_ptr}
+        # Inputs come from the model's own projections; a non-finite loss is reported by the training loop,
+        # so the per-call finiteness check (which waits for a CUDA device) stays out of the forward.
+        options = {"check_finite": False, **self.search}
         out = ops.kmip_attention(
             query,
             key,
             value,
             self.k,
-            batch=batch,
-            key_ptr=key_ptr,
+            **where,
             dropout_p=self._dropout_p(),
             backend=self.backend,
             return_selection=self.keep_attention,
             calibration=calibration,
-            **self.search,
+            **options,
         )
         if calibration is not None:
             self.last_recall = calibration.mean_recall
@@ -154,13 +160,11 @@ class KMIPCore(AttentionCore):
             self.last_attention = selection
         return out
 
-    def _kept_keys(self, num_keys: int, batch: Tensor | None, device: torch.device) -> tuple[Tensor, Tensor]:
-        """Rows ``[N']`` of the keys that stay in this forward's search, and their ``key_ptr [G + 1]``."""
-        kept = (torch.rand(num_keys, device=device) >= self.key_dropout).nonzero().squeeze(1)
-        if batch is None:
-            return kept, torch.tensor([0, kept.numel()], device=device)
-        num_graphs = int(batch[-1]) + 1 if num_keys else 0
-        counts = torch.bincount(batch[kept], minlength=num_graphs)
+    def _kept_keys(self, num_keys: int, layout: RaggedLayout) -> tuple[Tensor, Tensor]:
+        """Rows ``[N']`` of the keys that stay in this forward's search, and their CPU ``key_ptr [G + 1]``."""
+        kept = (torch.rand(num_keys, device=layout.device) >= self.key_dropout).nonzero().squeeze(1)
+        graph, _ = layout.node_graph_position()
+        counts = torch.bincount(graph[kept], minlength=layout.num_graphs).cpu()
         return kept, F.pad(counts.cumsum(0), (1, 0))
 
     def extra_repr(self) -> str:
@@ -191,7 +195,10 @@ class FullCore(AttentionCore):
         self, query: Tensor, key: Tensor, value: Tensor, edge_index: Tensor | None = None,
         batch: Tensor | None = None,
     ) -> Tensor:
-        out = ops.full_attention(query, key, value, batch=batch, dropout_p=self._dropout_p())
+        layout = layout_of(query.shape[0], query.device, batch)
+        out = ops.full_attention(
+            query, key, value, layout=layout, dropout_p=self._dropout_p(), check_finite=False
+        )
         if self.keep_attention:
             self.last_attention = ops.full_attention_topk(query, key, self.kept_keys, batch=batch)
         return out

@@ -13,6 +13,7 @@ from torch_geometric.nn import global_add_pool, global_mean_pool
 from kmipgt.nn.encoders import EdgeEncoder, NodeEncoder
 from kmipgt.nn.gps_layer import ATTENTION_ORDERS, EDGE_LOCAL_KINDS, GPSLayer, build_norm
 from kmipgt.nn.grf_core import share_walk_caches
+from kmipgt.ops.ragged import layout_of
 
 TASKS = ("node", "graph", "edge")
 POOLINGS = ("mean", "sum")
@@ -69,7 +70,9 @@ def readout(
     """
     if task == "graph":
         pool = global_mean_pool if pooling == "mean" else global_add_pool
-        return pool(h, batch)
+        # The graph count from the batch's layout: PyG would read it off the device (batch.max() + 1).
+        size = None if batch is None else layout_of(h.shape[0], h.device, batch).num_graphs
+        return pool(h, batch, size=size)
     if task == "edge":
         if edge_label_index is None:
             raise ValueError("edge_label_index [2, E'] is required for task='edge'")

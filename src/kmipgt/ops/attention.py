@@ -9,10 +9,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from kmipgt.ops.gathers import accumulate_dtype, gathered_dot, gathered_sum, scatter_rows
-from kmipgt.ops.ragged import GraphBlock, graph_blocks, graph_ptr, key_graph_ptr, node_graph_bounds
+from kmipgt.ops.ragged import GraphBlock, RaggedLayout, graph_blocks, node_graph_bounds
 from kmipgt.ops.search.blockwise import MIN_BLOCK_NODES
 from kmipgt.ops.search.checks import check_query_key, require_finite
-from kmipgt.ops.search.dispatch import Backend, topk_inner_product
+from kmipgt.ops.search.dispatch import Backend, search_layout, topk_inner_product
 from kmipgt.ops.search.ivf_common import ProbeCalibration
 
 if TYPE_CHECKING:
@@ -55,6 +55,7 @@ class _KMIPOptions(TypedDict, total=False):
     recall: float | None
     calibration: ProbeCalibration | None
     check_finite: bool
+    layout: RaggedLayout | None
 
 
 def _check_value(key: Tensor, value: Tensor) -> None:
@@ -81,22 +82,21 @@ def _check_scale_dropout(scale: float | None, dropout_p: float) -> None:
         raise ValueError(f"`dropout_p` must lie in [0, 1), got {dropout_p}")
 
 
-def _checked_ptr(
+def _checked_layout(
     query: Tensor, key: Tensor, value: Tensor | None, k: int, ptr: Tensor | None, batch: Tensor | None,
     scale: float | None, dropout_p: float, check_finite: bool, *, key_ptr: Tensor | None = None,
-    key_batch: Tensor | None = None,
+    key_batch: Tensor | None = None, layout: RaggedLayout | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """The checks shared by the attention functions (``value`` None: no value).
 
     Returns the queries' graph offsets and the keys' (:func:`~kmipgt.ops.ragged.key_graph_ptr`: None where
-    they are the queries').
+    they are the queries'). A ``layout`` was validated when it was built and is not checked again.
     """
     check_query_key(query, key, k)
     if value is not None:
         _check_value(key, value)
     _check_scale_dropout(scale, dropout_p)
-    ptr = graph_ptr(query.shape[0], ptr=ptr, batch=batch)
-    key_ptr = key_graph_ptr(ptr, key.shape[0], key_ptr=key_ptr, key_batch=key_batch)
+    ptr, key_ptr = search_layout(query, key, ptr, batch, key_ptr, key_batch, layout)
     if check_finite:
         named = {"query": query, "key": key, "value": value}
         require_finite(**{name: tensor for name, tensor in named.items() if tensor is not None})
@@ -177,7 +177,7 @@ def kmip_attention(
     scale: float | None = None, dropout_p: float = 0.0,
     backend: Backend = "auto", nlist: int | None = None, nprobe: int | None = None,
     recall: float | None = None, calibration: ProbeCalibration | None = None,
-    check_finite: bool = True, return_selection: bool = False,
+    check_finite: bool = True, layout: RaggedLayout | None = None, return_selection: bool = False,
 ) -> Tensor | tuple[Tensor, AttentionSelection]:
     r"""k-MIP attention: each query attends to the k keys of its graph with largest inner product.
 
@@ -205,8 +205,11 @@ def kmip_attention(
         recall, calibration: ``"ivf"`` with probing calibrated per call to a recall@k target, and the
             record of what it chose and reached, as in :func:`kmipgt.ops.topk_inner_product`.
         check_finite: raise ValueError naming the tensor and its first bad row when query, key or value
-            holds a NaN or inf (default; one reduction per tensor). With False, non-finite inputs give
-            unspecified results that differ between backends.
+            holds a NaN or inf (default; one reduction per tensor, which waits for a CUDA device). With
+            False, non-finite inputs give unspecified results that differ between backends.
+        layout: instead of ``ptr``/``batch``, the batch's :class:`~kmipgt.ops.ragged.RaggedLayout` (queries
+            are the keys), built once per batch: with it and ``check_finite=False`` a call on CUDA never
+            waits for the device.
         return_selection: also return the :class:`AttentionSelection` this call used: the searched key
             indices and scores and the softmax weights (before dropout), each ``[M, H, k']`` with
             ``k' = min(k, largest key graph)``. Costs nothing extra; off by default.
@@ -214,13 +217,14 @@ def kmip_attention(
     Returns:
         ``[M, H, d_v]`` attention output, or ``(output, selection)`` with ``return_selection``.
     """
-    ptr, key_ptr = _checked_ptr(
-        query, key, value, k, ptr, batch, scale, dropout_p, check_finite, key_ptr=key_ptr, key_batch=key_batch
+    ptr, key_ptr = _checked_layout(
+        query, key, value, k, ptr, batch, scale, dropout_p, check_finite, key_ptr=key_ptr,
+        key_batch=key_batch, layout=layout,
     )
     search = {
-        "ptr": ptr, "key_ptr": key_ptr, "backend": backend, "nlist": nlist, "nprobe": nprobe,
-        "recall": recall, "calibration": calibration,
+        "backend": backend, "nlist": nlist, "nprobe": nprobe, "recall": recall, "calibration": calibration,
     }
+    search.update({"layout": layout} if layout is not None else {"ptr": ptr, "key_ptr": key_ptr})
     if query.shape[0] == 0 or key.shape[0] == 0:
         # Searching the empty batch still checks the backend and its dtypes, so it fails like any other.
         topk_inner_product(query, key, k, **search)
@@ -255,7 +259,7 @@ def _empty_selection(query: Tensor) -> AttentionSelection:
 def full_attention(
     query: Tensor, key: Tensor, value: Tensor, *, ptr: Tensor | None = None, batch: Tensor | None = None,
     key_ptr: Tensor | None = None, key_batch: Tensor | None = None, scale: float | None = None,
-    dropout_p: float = 0.0, check_finite: bool = True,
+    dropout_p: float = 0.0, check_finite: bool = True, layout: RaggedLayout | None = None,
 ) -> Tensor:
     r"""Full softmax attention within each graph, through ``scaled_dot_product_attention``.
 
@@ -268,32 +272,116 @@ def full_attention(
         scale: logit scale, default ``1/sqrt(d)``. dropout_p: attention dropout.
         check_finite: raise ValueError on a NaN or inf in query, key or value, as in
             :func:`kmip_attention`.
+        layout: instead of ``ptr``/``batch``, the batch's :class:`~kmipgt.ops.ragged.RaggedLayout`, as in
+            :func:`kmip_attention`.
 
     Returns:
-        ``[M, H, d_v]``. Small graphs are processed together, zero-padded to the largest of their
-        block and batched (so a non-finite value in one graph never reaches another); a large graph
-        runs alone and unmasked, so SDPA can use its memory-efficient kernels.
+        ``[M, H, d_v]``. The graphs are zero-padded to a common size and attended in one SDPA call with a
+        key-padding mask (one call per size bucket where sizes are very uneven), each graph its own batch
+        entry, so a non-finite value in one graph never reaches another; a graph alone in its bucket runs
+        unmasked, so SDPA can use its memory-efficient kernels.
     """
-    ptr, key_ptr = _checked_ptr(
-        query, key, value, 1, ptr, batch, scale, dropout_p, check_finite, key_ptr=key_ptr, key_batch=key_batch
+    ptr, key_ptr = _checked_layout(
+        query, key, value, 1, ptr, batch, scale, dropout_p, check_finite, key_ptr=key_ptr,
+        key_batch=key_batch, layout=layout,
     )
     if query.shape[0] == 0:
         return value.new_zeros(0, value.shape[1], value.shape[2])
+    if key_ptr is not None:
+        return _blockwise_full_attention(query, key, value, ptr, key_ptr, scale, dropout_p)
+    layout = RaggedLayout(ptr, query.device) if layout is None else layout
+    buckets = layout.derived("sdpa_buckets", _size_buckets)
+    if len(buckets) == 1 and buckets[0].rows is None:
+        return _padded_sdpa(query, key, value, buckets[0], scale, dropout_p)
+    out = value.new_empty(query.shape[0], value.shape[1], value.shape[2])
+    for bucket in buckets:
+        out[bucket.rows] = _padded_sdpa(query, key, value, bucket, scale, dropout_p)
+    return out
+
+
+class _SizeBucket(NamedTuple):
+    """Graphs attended in one padded SDPA call: their node rows (None: every row, in order), each row's
+    graph within the bucket and position in its graph, the graphs' sizes and the padded width."""
+
+    rows: Tensor | None
+    graph: Tensor
+    position: Tensor
+    sizes: Tensor
+    width: int
+    uniform: bool
+
+
+# Graphs share one padded call while its G·n_max² scores stay within this factor of the Σ n_g² needed.
+_PADDING_WASTE = 4.0
+
+
+def _size_buckets(layout: RaggedLayout) -> list[_SizeBucket]:
+    """The non-empty graphs of ``layout`` in size buckets of bounded padding, as device row tables.
+
+    One bucket when padding every graph to the largest wastes little (a batch of molecules); otherwise
+    graphs are grouped by the power of two of their size, so each bucket's padding is under 4×.
+    """
+    sizes = layout.ptr.diff()
+    graphs = (sizes > 0).nonzero().squeeze(1)
+    needed = float((sizes.double() ** 2).sum())
+    if graphs.numel() * float(sizes.max()) ** 2 <= _PADDING_WASTE * needed:
+        groups = [graphs]
+    else:
+        exponent = torch.floor(torch.log2(sizes[graphs].double())).long()
+        groups = [graphs[exponent == value] for value in exponent.unique()]
+    return [_bucket(layout, group, every_row=len(groups) == 1) for group in groups]
+
+
+def _bucket(layout: RaggedLayout, graphs: Tensor, every_row: bool) -> _SizeBucket:
+    sizes = layout.ptr.diff()[graphs]
+    local = torch.repeat_interleave(torch.arange(graphs.numel()), sizes)
+    position = torch.arange(local.numel()) - (sizes.cumsum(0) - sizes)[local]
+    rows = layout.ptr[graphs][local] + position
+    width = int(sizes.max())
+    return _SizeBucket(
+        None if every_row else layout.to_device(rows), layout.to_device(local), layout.to_device(position),
+        layout.to_device(sizes), width, bool((sizes == width).all()),
+    )
+
+
+def _padded_sdpa(
+    query: Tensor, key: Tensor, value: Tensor, bucket: _SizeBucket, scale: float | None, dropout_p: float
+) -> Tensor:
+    """SDPA over the graphs of ``bucket``, each its own batch entry zero-padded to the bucket's width.
+
+    A block-diagonal mask over all graphs would multiply a NaN value of one graph by the zero weights of
+    every other graph's queries (0·NaN = NaN), and cost ``(Σ n_g)²`` scores instead of ``G·n_max²``.
+    Padding keys are masked; padding queries see their graph's keys and are dropped.
+    """
+    if bucket.rows is not None:
+        query, key, value = query[bucket.rows], key[bucket.rows], value[bucket.rows]
+    num_graphs = bucket.sizes.numel()
+
+    def padded(tensor: Tensor) -> Tensor:
+        out = tensor.new_zeros(num_graphs, bucket.width, *tensor.shape[1:])
+        out[bucket.graph, bucket.position] = tensor
+        return out.transpose(1, 2)  # [G, H, n_max, d]; SDPA's fused CPU kernels need 4-D inputs
+
+    mask = None
+    if not bucket.uniform:
+        columns = torch.arange(bucket.width, device=query.device)
+        mask = (columns < bucket.sizes[:, None])[:, None, None, :]
+    attended = F.scaled_dot_product_attention(
+        padded(query), padded(key), padded(value), attn_mask=mask, dropout_p=dropout_p, scale=scale
+    )
+    return attended.transpose(1, 2)[bucket.graph, bucket.position]
+
+
+def _blockwise_full_attention(
+    query: Tensor, key: Tensor, value: Tensor, ptr: Tensor, key_ptr: Tensor, scale: float | None,
+    dropout_p: float,
+) -> Tensor:
+    """Full attention where the keys have graphs of their own: padded SDPA over blocks of graphs."""
     outputs = []
     for block in graph_blocks(ptr, MIN_BLOCK_NODES, key_ptr):
         rows, keys = slice(block.start, block.end), slice(block.key_start, block.key_end)
-        if block.multi:
-            sliced = (query[rows], key[keys], value[keys])
-            outputs.append(_padded_graphs_sdpa(*sliced, ptr, key_ptr, block, scale, dropout_p))
-            continue
-        if block.end == block.start or block.key_end == block.key_start:  # no queries, or none with keys
-            outputs.append(value.new_zeros(block.end - block.start, value.shape[1], value.shape[2]))
-            continue
-        # SDPA's fused (flash) CPU kernel needs 4-D [batch, H, n, d] inputs; with 3-D ones it falls back to
-        # the math path and materialises the n×n scores (measured: 2.3 GB vs 6 MB at n = 16,384).
-        q, k, v = (t.transpose(0, 1).unsqueeze(0) for t in (query[rows], key[keys], value[keys]))
-        out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale)
-        outputs.append(out[0].transpose(0, 1))
+        sliced = (query[rows], key[keys], value[keys])
+        outputs.append(_padded_graphs_sdpa(*sliced, ptr, key_ptr, block, scale, dropout_p))
     return torch.cat(outputs)
 
 
@@ -305,16 +393,12 @@ def _rows_by_graph(starts: Tensor, sizes: Tensor, device: torch.device) -> tuple
 
 
 def _padded_graphs_sdpa(
-    query: Tensor, key: Tensor, value: Tensor, ptr: Tensor, key_ptr: Tensor | None, block: GraphBlock,
+    query: Tensor, key: Tensor, value: Tensor, ptr: Tensor, key_ptr: Tensor, block: GraphBlock,
     scale: float | None, dropout_p: float,
 ) -> Tensor:
-    """SDPA over the graphs of one block, each its own batch entry padded with zeros.
-
-    A block-diagonal mask over the whole block would multiply a NaN value of one graph by the zero
-    weights of every other graph's queries (0·NaN = NaN). Padding also costs ``G·n_max²`` scores instead
-    of ``(Σ n_g)²``. Graphs with queries but no keys are left out (SDPA over no keys is NaN): output 0.
+    """SDPA over the graphs of one block, each its own batch entry padded with zeros (as
+    :func:`_padded_sdpa`). Graphs with queries but no keys are left out (SDPA over no keys is NaN): output 0.
     """
-    key_ptr = ptr if key_ptr is None else key_ptr
     starts, sizes = ptr[:-1] - block.start, ptr[1:] - ptr[:-1]
     key_starts, key_sizes = key_ptr[:-1] - block.key_start, key_ptr[1:] - key_ptr[:-1]
     inside = (starts >= 0) & (starts + sizes <= query.shape[0]) & (key_starts >= 0)
@@ -366,7 +450,7 @@ def full_attention_topk(
         :class:`AttentionSelection` with ``weight`` renormalised over the k kept keys (sums to 1) and
         ``mass`` ``[N, H]`` = the full-softmax weight those k keys carry (1 when k covers the graph).
     """
-    ptr, _ = _checked_ptr(query, key, None, k, ptr, batch, scale, 0.0, check_finite)
+    ptr, _ = _checked_layout(query, key, None, k, ptr, batch, scale, 0.0, check_finite)
     if query.shape[0] == 0:
         selection = _empty_selection(query)
         return selection._replace(mass=query.new_empty(0, query.shape[1]))

@@ -7,12 +7,23 @@ so that many small graphs cost one matmul instead of one Python iteration each.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+from torch.utils.weak import WeakTensorKeyDictionary
 
-__all__ = ["GraphBlock", "graph_blocks", "graph_ptr", "key_graph_ptr", "node_graph_bounds"]
+__all__ = [
+    "GraphBlock",
+    "RaggedLayout",
+    "attach_layout",
+    "graph_blocks",
+    "graph_ptr",
+    "key_graph_ptr",
+    "layout_of",
+    "node_graph_bounds",
+]
 
 
 def _check_index_tensor(name: str, value: Tensor) -> None:
@@ -152,3 +163,102 @@ def node_graph_bounds(
     lo = torch.repeat_interleave(key_ptr[:-1], sizes)
     hi = torch.repeat_interleave(key_ptr[1:], sizes)
     return lo.to(device), hi.to(device)
+
+
+class RaggedLayout:
+    """The graphs of a node-major batch, computed once from its CPU offsets and shared by every layer.
+
+    Host facts (``ptr``, ``num_graphs``, ``max_nodes``) let kernels size their grids and pick a path
+    without reading the device; device tensors (``device_ptr`` and what :meth:`derived` caches) are copied
+    without blocking. Every attention layer and both passes of a step read the same layout, so the
+    offsets are validated once and no forward or backward on CUDA waits on the host.
+
+    Args:
+        ptr: ``[G + 1]`` validated CPU int64 offsets (:meth:`from_ptr` validates).
+        device: where the batch lives.
+    """
+
+    def __init__(self, ptr: Tensor, device: torch.device | str = "cpu"):
+        self.ptr = ptr
+        self.device = torch.device(device)
+        self.num_nodes = int(ptr[-1])
+        self.num_graphs = ptr.numel() - 1
+        sizes = ptr.diff()
+        self.max_nodes = int(sizes.max()) if self.num_graphs else 0
+        self._derived: dict[str, object] = {}
+        self.device_ptr = self.to_device(ptr)
+
+    @classmethod
+    def from_ptr(
+        cls, num_nodes: int, device: torch.device | str = "cpu", *, ptr: Tensor | None = None,
+        batch: Tensor | None = None,
+    ) -> RaggedLayout:
+        """The layout of ``num_nodes`` rows from ``ptr`` or ``batch`` (validated as :func:`graph_ptr`).
+
+        Pass the loader's CPU ``ptr``: a CUDA ``ptr``/``batch`` is read back to the host once here.
+        """
+        return cls(graph_ptr(num_nodes, ptr=ptr, batch=batch), device)
+
+    def to_device(self, tensor: Tensor) -> Tensor:
+        """A CPU tensor on the layout's device, copied from pinned memory without blocking the host."""
+        if self.device.type == "cpu":
+            return tensor
+        return tensor.pin_memory().to(self.device, non_blocking=True)
+
+    def derived(self, name: str, compute) -> object:
+        """``compute(self)`` the first time ``name`` is asked, the cached value afterwards."""
+        if name not in self._derived:
+            self._derived[name] = compute(self)
+        return self._derived[name]
+
+    def node_graph_position(self) -> tuple[Tensor, Tensor]:
+        """``[N]`` graph of each node and its position in that graph, on the device."""
+
+        def compute(layout: RaggedLayout) -> tuple[Tensor, Tensor]:
+            sizes = layout.ptr.diff()
+            graph = torch.repeat_interleave(torch.arange(layout.num_graphs), sizes)
+            position = torch.arange(layout.num_nodes) - layout.ptr[graph]
+            return layout.to_device(graph), layout.to_device(position)
+
+        return self.derived("node_graph_position", compute)
+
+    def __repr__(self) -> str:
+        return (
+            f"RaggedLayout(num_nodes={self.num_nodes}, num_graphs={self.num_graphs}, "
+            f"max_nodes={self.max_nodes}, device={self.device})"
+        )
+
+
+# Layouts remembered per batch tensor (weakly: a layout lives as long as its batch), so that the layers
+# of one forward and the recomputation of activation checkpointing find the one computed for the batch.
+_LAYOUTS: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
+
+
+def attach_layout(batch: Tensor, layout: RaggedLayout) -> None:
+    """Remember ``layout`` as the layout of the ``[N]`` graph-id tensor ``batch`` (read by
+    :func:`layout_of`); the loader calls it with the layout built from its CPU ``ptr``."""
+    if layout.num_nodes != batch.numel():
+        raise ValueError(f"the layout holds {layout.num_nodes} nodes, `batch` {batch.numel()}")
+    _LAYOUTS[batch] = (batch._version, layout)
+
+
+def layout_of(num_nodes: int, device: torch.device, batch: Tensor | None = None) -> RaggedLayout:
+    """The layout of ``num_nodes`` rows on ``device`` grouped by ``batch`` (None: one graph).
+
+    The layout attached to ``batch`` (:func:`attach_layout`) or computed here at its first use; it is
+    computed again only if ``batch`` was changed in place. Computing it from a CUDA ``batch`` reads the
+    ids back to the host once.
+    """
+    if batch is None:
+        return _single_graph_layout(num_nodes, torch.device(device))
+    remembered = _LAYOUTS.get(batch)
+    if remembered is not None and remembered[0] == batch._version and remembered[1].num_nodes == num_nodes:
+        return remembered[1]
+    layout = RaggedLayout.from_ptr(num_nodes, device, batch=batch)
+    _LAYOUTS[batch] = (batch._version, layout)
+    return layout
+
+
+@functools.lru_cache(maxsize=16)
+def _single_graph_layout(num_nodes: int, device: torch.device) -> RaggedLayout:
+    return RaggedLayout(torch.tensor([0, num_nodes]), device)

@@ -12,12 +12,12 @@ from torch import Tensor
 
 # Imported for its side effect: every backend module registers itself.
 import kmipgt.ops.search.backends  # noqa: F401
-from kmipgt.ops.ragged import graph_ptr, key_graph_ptr
+from kmipgt.ops.ragged import RaggedLayout, graph_ptr, key_graph_ptr
 from kmipgt.ops.search.checks import check_query_key, require_finite
 from kmipgt.ops.search.ivf_common import ProbeCalibration, check_recall
 from kmipgt.ops.search.registry import SearchBackend, auto_backend, get_backend, registered_backends
 
-__all__ = ["APPROXIMATE_BACKENDS", "SEARCH_BACKENDS", "Backend", "topk_inner_product"]
+__all__ = ["APPROXIMATE_BACKENDS", "SEARCH_BACKENDS", "Backend", "search_layout", "topk_inner_product"]
 
 # The backend names for type checkers; tests/ops/test_registry.py checks they equal SEARCH_BACKENDS.
 Backend = Literal["auto", "torch", "dense", "keops", "fused", "triton", "ivf", "faiss"]
@@ -41,6 +41,7 @@ def topk_inner_product(
     recall: float | None = None,
     calibration: ProbeCalibration | None = None,
     check_finite: bool = True,
+    layout: RaggedLayout | None = None,
 ) -> tuple[Tensor, Tensor]:
     r"""The k keys of largest inner product with each query, within the query's own graph.
 
@@ -77,6 +78,9 @@ def topk_inner_product(
         check_finite: raise ValueError when query or key holds a NaN or inf (default). Pass False only
             where the inputs are known to be finite: results for non-finite inputs are then unspecified
             and differ between backends.
+        layout: instead of ``ptr``/``batch``, the batch's :class:`~kmipgt.ops.ragged.RaggedLayout`
+            (validated once, when it was built; queries are the keys): nothing is validated or read back
+            from the device again, and the CUDA backend reuses the tables it built for the batch.
 
     Returns:
         ``(scores, index)``: ``[M, H, k]`` scores in the query dtype and ``[M, H, k]`` int64 global key
@@ -88,24 +92,43 @@ def topk_inner_product(
     check_recall(recall, nprobe)
     if check_finite:
         require_finite(query=query, key=key)
-    ptr = graph_ptr(query.shape[0], ptr=ptr, batch=batch)
-    key_ptr = key_graph_ptr(ptr, key.shape[0], key_ptr=key_ptr, key_batch=key_batch)
+    ptr, key_ptr = search_layout(query, key, ptr, batch, key_ptr, key_batch, layout)
     # Backends see `key_ptr` only where the layouts differ, so the M == N path stays that of every backend.
-    layout = {} if key_ptr is None else {"key_ptr": key_ptr}
+    options = {} if key_ptr is None else {"key_ptr": key_ptr}
     chosen = None if backend == "auto" else get_backend(backend)
     if chosen is not None and key_ptr is not None:
         _require_queries_differ(chosen)
     if recall is not None and backend != "ivf":
         raise ValueError(f"`recall` (calibrated probing) applies to backend 'ivf' only, got {backend!r}")
     if recall is not None:
-        layout = {**layout, "recall": recall, "calibration": calibration}
+        options = {**options, "recall": recall, "calibration": calibration}
     if chosen is not None and not chosen.exact:
-        return chosen.search(query, key, k, ptr, nlist=nlist, nprobe=nprobe, **layout)
+        return chosen.search(query, key, k, ptr, nlist=nlist, nprobe=nprobe, **options)
     if nlist is not None or nprobe is not None:
         raise ValueError(f"`nlist`/`nprobe` only apply to backends {APPROXIMATE_BACKENDS}, got {backend!r}")
     # Resolved after the option check: choosing may build the fused kernel.
-    chosen = chosen or auto_backend(query.device.type, query.dtype, queries_differ=key_ptr is not None)
-    return chosen.search(query, key, k, ptr, **layout)
+    chosen = chosen or auto_backend(query.device.type, query.dtype, queries_differ=key_ptr is not None, k=k)
+    if layout is not None and chosen.takes_layout:
+        options = {**options, "layout": layout}
+    return chosen.search(query, key, k, ptr, **options)
+
+
+def search_layout(
+    query: Tensor, key: Tensor, ptr: Tensor | None, batch: Tensor | None, key_ptr: Tensor | None,
+    key_batch: Tensor | None, layout: RaggedLayout | None,
+) -> tuple[Tensor, Tensor | None]:
+    """The queries' ``[G + 1]`` CPU offsets and the keys' (None: the queries'), validated unless ``layout``
+    already was."""
+    if layout is None:
+        ptr = graph_ptr(query.shape[0], ptr=ptr, batch=batch)
+        return ptr, key_graph_ptr(ptr, key.shape[0], key_ptr=key_ptr, key_batch=key_batch)
+    if any(given is not None for given in (ptr, batch, key_ptr, key_batch)):
+        raise ValueError("pass either `layout` or `ptr`/`batch`/`key_ptr`/`key_batch`, not both")
+    if query.shape[0] != layout.num_nodes or key.shape[0] != layout.num_nodes:
+        raise ValueError(
+            f"`layout` holds {layout.num_nodes} nodes, got {query.shape[0]} queries and {key.shape[0]} keys"
+        )
+    return layout.ptr, None
 
 
 def _require_queries_differ(backend: SearchBackend) -> None:

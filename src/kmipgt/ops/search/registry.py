@@ -37,6 +37,9 @@ class SearchBackend:
         devices: device types it runs on; ``None``: any device torch runs on.
         dtypes: floating dtypes it takes; ``None``: any.
         queries_differ: whether the keys may be laid out in graphs of their own (``key_ptr``, ``M != N``).
+        max_k: the largest k it searches; ``None``: any.
+        takes_layout: whether it takes the batch's :class:`~kmipgt.ops.ragged.RaggedLayout` (``layout=``)
+            to reuse device tables built once per batch.
         auto_rank: order in which ``auto`` tries it (lower first); ``None``: ``auto`` never picks it.
     """
 
@@ -47,12 +50,17 @@ class SearchBackend:
     devices: tuple[str, ...] | None = None
     dtypes: tuple[torch.dtype, ...] | None = None
     queries_differ: bool = False
+    max_k: int | None = None
+    takes_layout: bool = False
     auto_rank: int | None = None
 
-    def takes(self, device_type: str, dtype: torch.dtype) -> bool:
-        """Whether inputs on ``device_type`` (e.g. ``"cpu"``) with ``dtype`` are within its flags."""
-        return (self.devices is None or device_type in self.devices) and (
-            self.dtypes is None or dtype in self.dtypes
+    def takes(self, device_type: str, dtype: torch.dtype, k: int = 1) -> bool:
+        """Whether inputs on ``device_type`` (e.g. ``"cpu"``) with ``dtype``, searched for ``k`` keys, are
+        within its flags."""
+        return (
+            (self.devices is None or device_type in self.devices)
+            and (self.dtypes is None or dtype in self.dtypes)
+            and (self.max_k is None or k <= self.max_k)
         )
 
 
@@ -87,16 +95,19 @@ def get_backend(name: str) -> SearchBackend:
     return _BACKENDS[name]
 
 
-def auto_backend(device_type: str, dtype: torch.dtype, *, queries_differ: bool = False) -> SearchBackend:
-    """The backend ``auto`` uses: the lowest ``auto_rank`` that takes the device and dtype and is available
-    (and, with ``queries_differ``, searches keys laid out in graphs of their own).
+def auto_backend(
+    device_type: str, dtype: torch.dtype, *, queries_differ: bool = False, k: int = 1
+) -> SearchBackend:
+    """The backend ``auto`` uses: the lowest ``auto_rank`` that takes the device, dtype and ``k`` and is
+    available (and, with ``queries_differ``, searches keys laid out in graphs of their own).
 
-    Availability is asked last, so a backend is only built or imported for inputs it would search.
+    It decides on these host facts alone, never on tensor values, and only among backends that can serve
+    the call. Availability is asked last, so a backend is only built or imported for inputs it would search.
     """
     ranked = sorted((b for b in _BACKENDS.values() if b.auto_rank is not None), key=lambda b: b.auto_rank)
     for backend in ranked:
         if queries_differ and not backend.queries_differ:
             continue
-        if backend.takes(device_type, dtype) and backend.available():
+        if backend.takes(device_type, dtype, k) and backend.available():
             return backend
-    raise ValueError(f"no registered exact search backend takes {dtype} tensors on {device_type!r}")
+    raise ValueError(f"no registered exact search backend takes {dtype} tensors on {device_type!r} for k={k}")

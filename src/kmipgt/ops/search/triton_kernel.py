@@ -17,6 +17,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from kmipgt.ops.ragged import RaggedLayout
+
 __all__ = ["launch_topk_kernel"]
 
 _BLOCK_M = 64
@@ -117,18 +119,21 @@ def _topk_kernel(
     tl.store(out_index + out, index, mask=ok)
 
 
-def _blocks(ptr: Tensor, device: torch.device) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _blocks(layout: RaggedLayout) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Per query block: ``[B]`` query start/end and key start/end rows (a block never spans two graphs)."""
+    ptr = layout.ptr
     sizes = ptr[1:] - ptr[:-1]
     counts = (sizes + _BLOCK_M - 1) // _BLOCK_M
     graph = torch.repeat_interleave(torch.arange(sizes.numel()), counts)
     first_block = torch.repeat_interleave(counts.cumsum(0) - counts, counts)
     q_start = ptr[graph] + (torch.arange(graph.numel()) - first_block) * _BLOCK_M
     q_end = torch.minimum(q_start + _BLOCK_M, ptr[graph + 1])
-    return tuple(t.to(device) for t in (q_start, q_end, ptr[graph], ptr[graph + 1]))
+    return tuple(layout.to_device(t) for t in (q_start, q_end, ptr[graph], ptr[graph + 1]))
 
 
-def launch_topk_kernel(query: Tensor, key: Tensor, k: int, ptr: Tensor) -> tuple[Tensor, Tensor]:
+def launch_topk_kernel(
+    query: Tensor, key: Tensor, k: int, ptr: Tensor, layout: RaggedLayout | None = None
+) -> tuple[Tensor, Tensor]:
     """Exact top-k keys per query within its own graph; inputs already checked by the ``triton`` backend.
 
     Args:
@@ -136,6 +141,8 @@ def launch_topk_kernel(query: Tensor, key: Tensor, k: int, ptr: Tensor) -> tuple
         key: ``[N, H, d]`` keys, same dtype and device.
         k: keys per query, small enough for the k-best buffer to stay in registers (``<= 128``).
         ptr: ``[G + 1]`` validated CSR offsets of the graphs.
+        layout: the batch's layout (of ``ptr``), whose block tables are built once and reused; default: one
+            built for this call.
 
     Returns:
         ``(scores, index)``: ``[N, H, k]`` descending scores (query dtype) and int64 global key indices,
@@ -144,7 +151,9 @@ def launch_topk_kernel(query: Tensor, key: Tensor, k: int, ptr: Tensor) -> tuple
     num_nodes, heads, dim = query.shape
     scores = torch.full((num_nodes, heads, k), float("-inf"), device=query.device)
     index = torch.full((num_nodes, heads, k), -1, dtype=torch.long, device=query.device)
-    q_start, q_end, k_start, k_end = _blocks(ptr.cpu().long(), query.device)
+    if layout is None:
+        layout = RaggedLayout(ptr.cpu().long(), query.device)
+    q_start, q_end, k_start, k_end = layout.derived("triton_search_blocks", _blocks)
     if q_start.numel() == 0:
         return scores.to(query.dtype), index
     block_d = max(16, 1 << (dim - 1).bit_length())

@@ -13,6 +13,7 @@ import os
 import torch
 from torch import Tensor
 
+from kmipgt.ops.ragged import RaggedLayout
 from kmipgt.ops.search.registry import SearchBackend, register
 
 __all__ = ["MAX_TRITON_K", "TRITON_DTYPES", "topk_triton", "triton_available"]
@@ -32,7 +33,9 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def topk_triton(query: Tensor, key: Tensor, k: int, ptr: Tensor) -> tuple[Tensor, Tensor]:
+def topk_triton(
+    query: Tensor, key: Tensor, k: int, ptr: Tensor, *, layout: RaggedLayout | None = None
+) -> tuple[Tensor, Tensor]:
     """Exact top-k keys per query within its own graph, with the Triton kernel.
 
     Args:
@@ -40,6 +43,7 @@ def topk_triton(query: Tensor, key: Tensor, k: int, ptr: Tensor) -> tuple[Tensor
         key: ``[N, H, d]`` keys, same dtype and device.
         k: keys per query, ``1 <= k <= MAX_TRITON_K``.
         ptr: ``[G + 1]`` validated CSR offsets of the graphs.
+        layout: the batch's :class:`~kmipgt.ops.ragged.RaggedLayout`, whose block tables are reused.
 
     Returns:
         ``(scores, index)``: ``[N, H, k]`` descending scores (query dtype) and int64 global key indices,
@@ -55,11 +59,11 @@ def topk_triton(query: Tensor, key: Tensor, k: int, ptr: Tensor) -> tuple[Tensor
         raise ValueError(f"backend='triton' supports k <= {MAX_TRITON_K}, got {k}; use backend='torch'")
     from kmipgt.ops.search.triton_kernel import launch_topk_kernel
 
-    return launch_topk_kernel(query, key, k, ptr)
+    return launch_topk_kernel(query, key, k, ptr, layout)
 
 
 # `available` looks `triton_available` up at call time, so a patched or cleared one is what `auto` sees.
 register(SearchBackend(
     name="triton", search=topk_triton, exact=True, available=lambda: triton_available(), devices=("cuda",),
-    dtypes=TRITON_DTYPES, auto_rank=1,
+    dtypes=TRITON_DTYPES, max_k=MAX_TRITON_K, takes_layout=True, auto_rank=1,
 ))

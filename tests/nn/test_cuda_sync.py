@@ -1,0 +1,76 @@
+"""On CUDA, attention layers never wait for the device: the batch's layout is built once on the host.
+
+A host sync (``.item()``, a blocking copy, ``nonzero``) stalls the CPU until the GPU catches up; with
+many small graphs per batch the launches then no longer overlap the arithmetic. Under
+``torch.cuda.set_sync_debug_mode("error")`` every sync raises, so a passing forward and backward has none.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kmipgt.nn.attention import build_global_attention
+from kmipgt.nn.gps_layer import GPSLayer
+from kmipgt.ops.ragged import RaggedLayout, attach_layout
+
+pytestmark = pytest.mark.cuda
+
+
+def _molecules(device: torch.device, num_graphs: int = 12, channels: int = 32):
+    """A batch of ring-shaped graphs of 20-39 nodes on ``device``, its CPU ``ptr`` and its layout."""
+    gen = torch.Generator().manual_seed(0)
+    sizes = torch.randint(20, 40, (num_graphs,), generator=gen)
+    ptr = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
+    rows = torch.arange(int(ptr[-1]))
+    graph = torch.repeat_interleave(torch.arange(num_graphs), sizes)
+    start, size = ptr[graph], sizes[graph]
+    ring = start + (rows - start + 1) % size
+    edge_index = torch.cat([torch.stack([rows, ring]), torch.stack([ring, rows])], dim=1)
+    x = torch.randn(rows.numel(), channels, generator=gen)
+    batch = graph.to(device)
+    attach_layout(batch, RaggedLayout(ptr, device))
+    return x.to(device).requires_grad_(), edge_index.to(device), batch
+
+
+def _without_syncs(run) -> None:
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        run()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+
+
+@pytest.mark.parametrize("kind", ["kmip", "full"])
+def test_attention_forward_and_backward_never_sync(kind):
+    device = torch.device("cuda")
+    x, edge_index, batch = _molecules(device)
+    attention = build_global_attention(kind, 32, heads=4, attn_kwargs={"k": 5} if kind == "kmip" else None)
+    attention = attention.to(device)
+    attention(x, edge_index, batch=batch).sum().backward()  # warm-up: kernels compile, layout tables fill
+    x.grad = None
+
+    def run():
+        attention(x, edge_index, batch=batch).sum().backward()
+
+    _without_syncs(run)
+    assert x.grad is not None and bool(torch.isfinite(x.grad).all())
+
+
+@pytest.mark.parametrize("kind", ["kmip", "full"])
+def test_gps_layer_forward_and_backward_never_sync(kind):
+    device = torch.device("cuda")
+    x, edge_index, batch = _molecules(device)
+    options = {"k": 5} if kind == "kmip" else None
+    layer = GPSLayer(32, local="gatedgcn", attention=kind, heads=4, attn_kwargs=options).to(device)
+    edge_attr = torch.randn(edge_index.shape[1], 32, device=device)
+    layer(x, edge_index, batch=batch, edge_attr=edge_attr)[0].sum().backward()
+    x.grad = None
+
+    def run():
+        layer(x, edge_index, batch=batch, edge_attr=edge_attr)[0].sum().backward()
+
+    _without_syncs(run)
+    assert x.grad is not None and bool(torch.isfinite(x.grad).all())
