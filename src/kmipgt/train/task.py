@@ -22,6 +22,7 @@ from torch_geometric.utils import negative_sampling
 from kmipgt.distributed.collect import gather_rows
 from kmipgt.distributed.launch import Ranks
 from kmipgt.distributed.sampling import GeneratorDistributedSampler, evaluation_share, rank_batch_size
+from kmipgt.ops.ragged import RaggedLayout, attach_layout
 from kmipgt.train.config import Config
 from kmipgt.train.datasets import SPLITS, PreparedData, label_columns, node_coords
 
@@ -34,6 +35,7 @@ __all__ = [
     "SplitGraph",
     "Step",
     "Task",
+    "batch_to_device",
     "compute_loss",
     "forward",
     "make_task",
@@ -69,6 +71,18 @@ def forward(model: torch.nn.Module, batch: Data) -> torch.Tensor:
         rwse=getattr(batch, "rwse", None),
         edge_label_index=getattr(batch, "edge_label_index", None),
     )
+
+
+def batch_to_device(batch: Data, device: torch.device) -> Data:
+    """``batch`` on ``device``; a mini-batch of graphs takes along its layout, built from the loader's CPU
+    ``ptr``, so that no attention layer reads the graph offsets back from the device
+    (:func:`kmipgt.ops.ragged.attach_layout`)."""
+    ptr = getattr(batch, "ptr", None)
+    layout = None if ptr is None else RaggedLayout.from_ptr(batch.num_nodes, device, ptr=ptr)
+    moved = batch.to(device, non_blocking=True)
+    if layout is not None:
+        attach_layout(moved.batch, layout)
+    return moved
 
 
 def with_fresh_negatives(graph: Data) -> Data:
@@ -166,7 +180,7 @@ class Task:
         for split in splits:
             outputs, targets = [], []
             for batch in self.eval_batches(split):
-                batch = batch.to(device)
+                batch = batch_to_device(batch, device)
                 outputs.append(predict(batch))
                 targets.append(self.target(batch))
             yield split, torch.cat(outputs), torch.cat(targets)
@@ -251,7 +265,7 @@ class GraphTask(Task):
         return len(self._loader("train", shuffle=True))
 
     def train_steps(self, device: torch.device) -> Iterator[Step]:
-        return (Step(batch.to(device), None) for batch in self._loader("train", shuffle=True))
+        return (Step(batch_to_device(batch, device), None) for batch in self._loader("train", shuffle=True))
 
     def eval_batches(self, split: str) -> DataLoader:
         return self._loader(split, shuffle=False)
