@@ -1,0 +1,30 @@
+"""``kmipgt bench ragged``: every method and pass is timed on one batch and written out."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kmipgt.bench.ragged import RAGGED_METHODS, RaggedBenchConfig, markdown_table, run_ragged_benchmark
+
+
+def test_every_method_and_pass_is_timed_against_the_padded_sdpa_call(tmp_path):
+    config = RaggedBenchConfig(graphs=6, min_nodes=3, max_nodes=12, heads=2, dim=4, k=3, repeats=2, warmup=1)
+    result = run_ragged_benchmark(config, tmp_path)
+    records = {(r["method"], r["pass"]): r for r in result["records"]}
+    assert set(records) == {(m, p) for m in RAGGED_METHODS for p in ("forward", "forward+backward")}
+    for record in records.values():
+        assert len(record["times"]) == 2 and record["time_min"] <= record["time_median"] <= record["time_max"]
+        bound = records["sdpa-padded", record["pass"]]["time_median"]
+        assert record["vs_sdpa_padded"] == pytest.approx(record["time_median"] / bound)
+        assert record["host_syncs"] is None  # counted on CUDA only
+    assert result["batch"]["largest_graph"] <= 12
+    assert json.loads((tmp_path / "ragged.json").read_text())["config"]["graphs"] == 6
+    assert (tmp_path / "ragged.png").stat().st_size > 0
+    assert markdown_table(result).count("\n") == 1 + len(records)
+
+
+def test_a_batch_whose_sizes_are_upside_down_is_refused():
+    with pytest.raises(ValueError, match="`max_nodes` \\(3\\) must be >= `min_nodes` \\(5\\)"):
+        RaggedBenchConfig(min_nodes=5, max_nodes=3)
