@@ -121,3 +121,10 @@ def test_processed_dataset_reads_pyg_files_and_refuses_code(tmp_path):
     torch.save((expected.to_dict(), expected_slices, dict), path)
     with pytest.raises(ValueError, match="data class is <class 'dict'>"):
         load_processed_dataset(path)
+
+
+def test_a_plain_pickle_is_refused_by_the_weights_only_reader(tmp_path):
+    path = tmp_path / "file.pt"
+    path.write_bytes(pickle.dumps({"w": [1, 2]}))
+    with pytest.raises(RefusedFileError, match=r"refers to content the weights-only unpickler does not read"):
+        torch_load_safely(path, path)

@@ -55,7 +55,7 @@ def _refusal(message: str) -> str:
     if found:
         return f"the global {found.group(1)}"
     detail = message.partition("WeightsUnpickler error:")[2].strip().splitlines()
-    return detail[0].strip() if detail else "content the weights-only unpickler does not read"
+    return "content the weights-only unpickler does not read" + (f" ({detail[0].strip()})" if detail else "")
 
 
 def torch_load_safely(
