@@ -220,7 +220,7 @@ def _approx_inputs(args: argparse.Namespace):
     from kmipgt.train import load_run, split_graph
 
     _use_run_allocator(args.run_dir)
-    trainer = load_run(args.run_dir, args.checkpoint)
+    trainer = load_run(args.run_dir, args.checkpoint, trust_checkpoint=args.trust_checkpoint)
     kmip_layers(trainer.model)
     part = split_graph(trainer, args.split, args.graph)
     return trainer, part.graph, k_grid(part.graph.num_nodes, args.k)
@@ -270,6 +270,7 @@ def _add_bench_approx(bench: argparse._SubParsersAction) -> None:
     parser.add_argument("--save-tokens", action="store_true", help="also save q/k/v of every layer")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default RUN_DIR/approx)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    _add_trust_checkpoint(parser, "the checkpoint")
     parser.set_defaults(handler=_bench_approx, config_allocator=True)
 
 
@@ -394,6 +395,7 @@ def _train(args: argparse.Namespace) -> int:
         save_tokens=args.save_tokens,
         progress=not args.no_progress,
         overwrite=args.overwrite,
+        trust_checkpoint=args.trust_checkpoint,
     )
     print(json.dumps(metrics, indent=2))
     if metrics.get("complete"):
@@ -407,9 +409,21 @@ def _eval(args: argparse.Namespace) -> int:
     from kmipgt.train import evaluate_run
 
     _use_run_allocator(args.run_dir, args.overrides)
-    metrics = evaluate_run(args.run_dir, args.checkpoint, args.overrides, save_tokens=args.save_tokens)
+    metrics = evaluate_run(
+        args.run_dir, args.checkpoint, args.overrides, save_tokens=args.save_tokens,
+        trust_checkpoint=args.trust_checkpoint,
+    )
     print(json.dumps(metrics, indent=2))
     return 0
+
+
+def _add_trust_checkpoint(parser: argparse.ArgumentParser, which: str) -> None:
+    parser.add_argument(
+        "--trust-checkpoint",
+        action="store_true",
+        help=f"also read NumPy arrays of numbers in {which}, as the last.pt of kmipgt 0.1.0 holds (its RNG "
+        "states); checkpoints are read weights-only either way, so no code in them runs",
+    )
 
 
 def _add_overrides(parser: argparse.ArgumentParser, example: str) -> None:
@@ -443,6 +457,7 @@ def _add_train_eval(commands: argparse._SubParsersAction) -> None:
         metavar="EPOCH",
         help="stop after this epoch (continue later with --resume)",
     )
+    _add_trust_checkpoint(train, "the last.pt of --resume")
     train.add_argument(
         "--save-tokens",
         action="store_true",
@@ -464,6 +479,7 @@ def _add_train_eval(commands: argparse._SubParsersAction) -> None:
         action="store_true",
         help="also save the first attention layer's query/key tokens to out_dir/tokens.pt",
     )
+    _add_trust_checkpoint(evaluate, "the checkpoint")
     evaluate.set_defaults(handler=_eval, config_allocator=True)
 
 
@@ -634,7 +650,7 @@ def _explain_inputs(args: argparse.Namespace):
     if args.graph == "all" and args.nodes is not None:
         raise ValueError("--nodes names queries of one graph; --graph all writes statistics only")
     _use_run_allocator(args.run_dir)
-    trainer = load_run(args.run_dir, args.checkpoint)
+    trainer = load_run(args.run_dir, args.checkpoint, trust_checkpoint=args.trust_checkpoint)
     select_layers_heads(trainer.model, args.layer, args.head)
     if args.graph == "all" and trainer.task.level != "graph":
         raise ValueError(f"--graph all needs a graph-level run, this one is {trainer.task.level}-level")
@@ -820,6 +836,7 @@ def _add_analysis(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--checkpoint", choices=("best", "last"), default="best")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default RUN_DIR/explain)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    _add_trust_checkpoint(parser, "the checkpoint")
     parser.set_defaults(handler=_analysis_explain, config_allocator=True)
     probe = analysis.add_parser(
         "probe", help="linear probe: label signal in hop neighbourhoods vs spatial neighbourhoods"

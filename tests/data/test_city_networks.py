@@ -6,6 +6,7 @@ import torch
 from torch_geometric.data import Data, InMemoryDataset
 
 from kmipgt.data import CityNetworks, haversine_metres, load_city_network
+from payloads import PAYLOADS
 
 N = 60
 
@@ -100,3 +101,19 @@ def test_missing_copy_lists_paths_and_wrong_size_is_refused(tmp_path):
         load_city_network(tmp_path, "paris")
     with pytest.raises(ValueError, match="labels"):
         load_city_network(tmp_path, "paris", labels="maybe")
+
+
+@pytest.mark.parametrize("payload", PAYLOADS)
+def test_files_that_would_run_code_are_refused(tmp_path, payload):
+    marker = tmp_path / "marker"
+    (tmp_path / "toy" / "processed").mkdir(parents=True)
+    processed = tmp_path / "toy" / "processed" / "data.pt"
+    torch.save(({"x": torch.rand(N, 37), "edge_index": payload(marker)}, None, Data), processed)
+    with pytest.raises(ValueError, match=f"^{processed} was not loaded: it refers to the global "):
+        load_city_network(tmp_path, "toy")
+    _write_copy(tmp_path / "raw")
+    edges = tmp_path / "raw" / "edge_indices.pt"
+    torch.save(payload(marker), edges)
+    with pytest.raises(ValueError, match=f"^{edges} was not loaded"):
+        load_city_network(tmp_path, "raw")
+    assert not marker.exists()

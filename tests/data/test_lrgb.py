@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from kmipgt.data import lrgb_dataset
+from payloads import PAYLOADS
 
 
 def _peptide(num_nodes, seed):
@@ -94,3 +95,53 @@ def test_missing_copy_and_bad_arguments(tmp_path):
         lrgb_dataset(tmp_path, "ZINC")
     with pytest.raises(ValueError, match="split"):
         lrgb_dataset(tmp_path, "COCO-SP", "validation")
+
+
+def _write_pyg_copy(root, key):
+    """A PyG-layout copy of ``key`` (``peptides-func`` or ``pascalvoc-sp``), raw and processed."""
+    raw = root / key / "raw"
+    raw.mkdir(parents=True)
+    for split in ("train", "val", "test"):
+        if key == "peptides-func":
+            torch.save([_peptide(4, 0)], raw / f"{split}.pt")
+        else:
+            graph = (torch.rand(3, 14), torch.rand(2, 2), torch.tensor([[0, 1], [1, 0]]), [1, 0, 2])
+            with open(raw / f"{split}.pickle", "wb") as handle:
+                pickle.dump([graph], handle)
+    lrgb_dataset(root, key, "train")
+
+
+@pytest.mark.parametrize("payload", PAYLOADS)
+@pytest.mark.parametrize(("key", "planted", "removed"), [
+    ("peptides-func", "processed/train.pt", "raw"),
+    ("peptides-func", "processed/pre_transform.pt", "raw"),
+    ("peptides-func", "raw/val.pt", "processed"),
+    ("pascalvoc-sp", "raw/test.pickle", "processed"),
+])
+def test_pyg_layout_files_that_would_run_code_are_refused(tmp_path, payload, key, planted, removed):
+    _write_pyg_copy(tmp_path, key)
+    shutil.rmtree(tmp_path / key / removed)
+    path, marker = tmp_path / key / planted, tmp_path / "marker"
+    with open(path, "wb") as handle:
+        (torch.save if path.suffix == ".pt" else pickle.dump)([payload(marker)], handle)
+    with pytest.raises(ValueError, match=f"^{path} was not loaded: it refers to the global "):
+        lrgb_dataset(tmp_path, key, "train")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("payload", PAYLOADS)
+def test_a_split_pickle_that_would_run_code_is_refused(tmp_path, payload):
+    _write_original(tmp_path / "peptides-functional")
+    split = tmp_path / "peptides-functional" / "splits_random_stratified_peptide.pickle"
+    marker = tmp_path / "marker"
+    with open(split, "wb") as handle:
+        pickle.dump({"train": np.array([2, 0]), "val": payload(marker), "test": np.array([3])}, handle)
+    options = {"smiles2graph": _fake_smiles2graph, "verify_md5": False}
+    with pytest.raises(ValueError, match=f"^{split} was not loaded: it refers to the global "):
+        lrgb_dataset(tmp_path, "Peptides-func", "train", **options)
+    assert not marker.exists()
+    assert not list((tmp_path / "kmipgt_cache").rglob("*.pt"))  # nothing converted
+    with open(split, "wb") as handle:
+        pickle.dump({"train": np.array([2.0, 0.0]), "val": [1], "test": (3,)}, handle, protocol=2)
+    with pytest.raises(ValueError, match="'train' must hold integer node indices, got float64"):
+        lrgb_dataset(tmp_path, "Peptides-func", "train", **options)

@@ -25,13 +25,13 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-import torch
 from scipy.sparse.csgraph import shortest_path
 from torch_geometric.data import Data
 from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
 from torch_geometric.data.storage import GlobalStorage
 
 from kmipgt.analysis.hops import undirected_adjacency
+from kmipgt.safe_load import RefusedFileError, torch_load_safely
 
 __all__ = ["ENCODINGS", "WLResult", "load_graph", "random_walk_returns", "seg_wl", "shortest_paths"]
 
@@ -153,8 +153,11 @@ def load_graph(path: str | Path) -> Data:
     if not Path(path).is_file():
         raise FileNotFoundError(f"no graph file at {path}")
     try:
-        with torch.serialization.safe_globals([Data, DataEdgeAttr, DataTensorAttr, GlobalStorage]):
-            graph = torch.load(path, map_location="cpu", weights_only=True)
+        graph = torch_load_safely(
+            path, path, safe_globals=[Data, DataEdgeAttr, DataTensorAttr, GlobalStorage]
+        )
+    except RefusedFileError:
+        raise
     # A file that is no torch.save of a Data fails in the unpickler with whatever error the bytes trigger.
     except Exception as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__

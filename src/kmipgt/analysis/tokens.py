@@ -16,6 +16,7 @@ from torch_geometric.data import Data
 
 from kmipgt.analysis.explain import run_forward
 from kmipgt.nn import GraphTransformer, KMIPAttention
+from kmipgt.safe_load import torch_load_safely
 
 __all__ = ["LayerTokens", "collect_tokens", "kmip_layers", "load_tokens", "save_tokens"]
 
@@ -81,5 +82,5 @@ def save_tokens(path: str | Path, tokens: list[LayerTokens], **meta) -> None:
 
 def load_tokens(path: str | Path) -> list[LayerTokens]:
     """The tokens :func:`save_tokens` wrote (tensors only: no pickled code is loaded)."""
-    content = torch.load(path, map_location="cpu", weights_only=True)
+    content = torch_load_safely(path, path)
     return [LayerTokens(**entry) for entry in content["layers"]]

@@ -20,6 +20,7 @@ from kmipgt.bench import common
 from kmipgt.bench.isolation import time_calls
 from kmipgt.ops import APPROXIMATE_BACKENDS, SEARCH_BACKENDS, ProbeCalibration, topk_inner_product
 from kmipgt.ops.search.ivf_common import check_recall
+from kmipgt.safe_load import torch_load_safely
 
 __all__ = ["GEMM", "SearchBenchConfig", "default_backends", "run_search_benchmark", "search_markdown_table"]
 
@@ -88,7 +89,7 @@ class SearchBenchConfig(common.PointBenchConfig):
 
 def load_tokens(path: str, n: int, seed: int) -> tuple[Tensor, Tensor]:
     """A random subset of ``n`` nodes (in their original order) of saved ``[N, H, d]`` query/key tokens."""
-    saved = torch.load(path, map_location="cpu", weights_only=True)
+    saved = torch_load_safely(path, path)
     if not isinstance(saved, dict) or "query" not in saved or "key" not in saved:
         raise ValueError(f"{path} must hold a dict with 'query' and 'key' tensors of shape [N, H, d]")
     query, key = saved["query"], saved["key"]

@@ -8,6 +8,9 @@ layouts, searched in this order under ``root``:
 - the tarball itself: ``<root>/<name>.tar.gz`` (or ``root`` is that file), members matched by file name;
 - a PyG-processed copy: ``<root>/<name>/processed/data.pt``.
 
+Every file is read weights-only (tensors and plain values; a file that refers to anything else is refused
+with :class:`~kmipgt.safe_load.RefusedFileError`), so a copy from elsewhere cannot run code.
+
 Released files: ``node_features_augmented.pt`` ``[n, 37]`` (or ``node_features.pt`` ``[n, 12]``),
 ``edge_indices.pt`` ``[2, E]``, ``10-chunk_16-hop_node_labels.pt`` ``[n]`` and ``train_mask.pt``,
 ``valid_mask.pt``, ``test_mask.pt`` (boolean, or index tensors as the authors' generator writes them).
@@ -25,6 +28,7 @@ from torch_geometric.data import Data, InMemoryDataset
 
 from kmipgt.data.road_graph import haversine_metres, road_network_data, symmetric_edges
 from kmipgt.data.splits import index_to_mask, random_split_masks
+from kmipgt.safe_load import load_processed_dataset, torch_load_safely
 
 CITY_NUM_NODES = {"paris": 114_127, "shanghai": 183_917, "la": 240_587, "london": 568_795}
 FEATURE_FILES = {True: "node_features_augmented.pt", False: "node_features.pt"}
@@ -50,10 +54,10 @@ class _Files:
 
     def load(self, name: str) -> torch.Tensor:
         if self.archive is None:
-            return torch.load(self.directory / name, weights_only=True)
+            return torch_load_safely(self.directory / name, self.directory / name)
         with tarfile.open(self.archive) as tar:
             buffer = io.BytesIO(tar.extractfile(self.members[name]).read())
-        return torch.load(buffer, weights_only=True)
+        return torch_load_safely(buffer, f"{self.archive}:{self.members[name].name}")
 
 
 def _find_files(root: Path, name: str, augmented: bool) -> tuple[_Files | None, Path | None, list[Path]]:
@@ -73,14 +77,6 @@ def _find_files(root: Path, name: str, augmented: bool) -> tuple[_Files | None, 
     processed = root / name / "processed" / "data.pt"
     tried.append(processed)
     return None, (processed if processed.is_file() else None), tried
-
-
-def _load_processed(path: Path) -> Data:
-    """A PyG ``InMemoryDataset`` file (``(data_dict, slices, ...)``) holding one graph."""
-    stored = torch.load(path, weights_only=False)
-    if not (isinstance(stored, tuple) and isinstance(stored[0], dict)):
-        raise ValueError(f"{path} is not a PyG processed dataset (expected a tuple starting with a dict)")
-    return Data.from_dict(stored[0])
 
 
 def load_city_network(
@@ -122,7 +118,7 @@ def load_city_network(
             "Download <name>.tar.gz from the City-Networks release and pass its directory (or the archive)."
         )
     if files is None:
-        stored = _load_processed(processed)
+        stored, _ = load_processed_dataset(processed)  # one graph: its slices say nothing more
         x, edge_index = stored.x, stored.edge_index
         stored_y = getattr(stored, "y", None)
         stored_masks = {key: getattr(stored, key, None) for key in MASK_FILES}

@@ -11,6 +11,11 @@ Two layouts are accepted under ``root``:
    (``-structural``) or its ``raw/``. SMILES become graphs with OGB's ``smiles2graph`` (needs ``ogb`` and
    ``rdkit``); the converted graphs are written once in layout 1 under the kmipgt cache and read from there.
 
+Every file is read without running code: ``.pt`` files weights-only, pickles by an unpickler that resolves
+only containers, ints, integer NumPy arrays (the split pickle) and tensors (superpixel pickles); anything
+else is refused with :class:`~kmipgt.safe_load.RefusedFileError`. PyG's own readers, which fall back to the
+full unpickler, only see a file after it passed.
+
 The Peptides data is CC BY-NC 4.0 (LRGB); it is never shipped with kmipgt.
 """
 
@@ -20,10 +25,11 @@ import ast
 import csv
 import gzip
 import hashlib
-import pickle
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import torch
 from torch_geometric.data import Data
 from torch_geometric.datasets import LRGBDataset
@@ -31,6 +37,14 @@ from tqdm.auto import tqdm
 
 from kmipgt.data import cache
 from kmipgt.logs import quiet
+from kmipgt.safe_load import (
+    NUMPY_ARRAY_GLOBALS,
+    PLAIN_GLOBALS,
+    load_processed_dataset,
+    load_restricted_pickle,
+    tensor_globals,
+    torch_load_safely,
+)
 
 LRGB_NAMES = {name.lower(): name for name in ("Peptides-func", "Peptides-struct", "PascalVOC-SP", "COCO-SP",
                                                "PCQM-Contact")}
@@ -51,7 +65,8 @@ ORIGINAL_PEPTIDES = {
 
 
 class _OfflineLRGBDataset(LRGBDataset):
-    """PyG's ``LRGBDataset`` that never downloads: processed files alone suffice, missing files raise."""
+    """PyG's ``LRGBDataset`` that never downloads and never runs code from its files: processed files alone
+    suffice, missing files raise, every file is read by the safe readers first."""
 
     def _download(self) -> None:
         processed = [Path(self.processed_dir) / file for file in self.processed_file_names]
@@ -61,6 +76,29 @@ class _OfflineLRGBDataset(LRGBDataset):
 
     def download(self) -> None:
         raise FileNotFoundError(f"LRGB raw files missing in {self.raw_dir}: {self.raw_file_names}")
+
+    def _process(self) -> None:
+        # PyG compares these two records of an earlier processing with the full unpickler.
+        for name in ("pre_transform.pt", "pre_filter.pt"):
+            path = Path(self.processed_dir) / name
+            if path.is_file():
+                torch_load_safely(path, path)
+        super()._process()
+
+    def process(self) -> None:
+        # PyG reads superpixel pickles with `pickle` and .pt files with a loader that falls back to the full
+        # unpickler: each file must pass the safe reader first.
+        for path in map(Path, self.raw_paths):
+            if path.suffix == ".pickle":
+                load_restricted_pickle(path, {**PLAIN_GLOBALS, **NUMPY_ARRAY_GLOBALS, **tensor_globals(path)})
+            else:
+                torch_load_safely(path, path)
+        super().process()
+
+    def load(self, path: str, data_cls: type = Data) -> None:
+        """``InMemoryDataset.load`` without PyG's fallback to the full unpickler (``data_cls``: the class of
+        files that do not name theirs)."""
+        self.data, self.slices = load_processed_dataset(path, data_cls)
 
 
 def _pyg_layout_present(root: Path, key: str) -> tuple[bool, list[Path]]:
@@ -103,14 +141,27 @@ def _peptides_targets(row: dict[str, str], key: str) -> torch.Tensor:
     return torch.tensor([[float(row[name]) for name in PEPTIDES_STRUCT_TARGETS]], dtype=torch.float)
 
 
+def _load_split_pickle(path: Path) -> dict[str, Any]:
+    """The LRGB split pickle (``{"train": indices, "val": ..., "test": ...}``), read by an unpickler that
+    resolves only built-in containers, ints and NumPy arrays; RefusedFileError for anything else, ValueError
+    for arrays that are not integer."""
+    split_index = load_restricted_pickle(path, {**PLAIN_GLOBALS, **NUMPY_ARRAY_GLOBALS})
+    if not isinstance(split_index, dict) or not set(SPLITS) <= set(split_index):
+        raise ValueError(f"{path} is not an LRGB split file (expected a dict with keys {SPLITS})")
+    for split in SPLITS:
+        indices = np.asarray(split_index[split])
+        if indices.size and indices.dtype.kind not in "iu":
+            raise ValueError(f"{path}: split {split!r} must hold integer node indices, got {indices.dtype}")
+    return split_index
+
+
 def convert_original_peptides(
     csv_path: Path, split_path: Path, key: str, out_root: Path, smiles2graph: Callable[[str], dict]
 ) -> Path:
     """Write ``<out_root>/<key>/raw/{train,val,test}.pt`` (PyG layout) from the original CSV and splits."""
     with gzip.open(csv_path, "rt", newline="") as handle:
         rows = list(csv.DictReader(handle))
-    with open(split_path, "rb") as handle:
-        split_index = pickle.load(handle)
+    split_index = _load_split_pickle(split_path)
     graphs = []
     for row in tqdm(rows, desc=f"{key}: SMILES to graphs", unit="graph", disable=quiet()):
         graph = smiles2graph(row["smiles"])

@@ -32,7 +32,7 @@ from kmipgt.malloc import effective_allocator, release_free_memory
 from kmipgt.nn import GraphTransformer, KMIPCore
 from kmipgt.train.atomic import atomic_write, atomic_write_text
 from kmipgt.train.branches import BranchMonitor, plot_branches
-from kmipgt.train.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from kmipgt.train.checkpoint import RESUME_KEYS, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from kmipgt.train.config import Config, config_differences, config_to_dict
 from kmipgt.train.datasets import PreparedData, prepare_data
 from kmipgt.train.metrics import compute_metric, higher_is_better
@@ -124,10 +124,6 @@ def _epoch_line(row: dict[str, Any], epochs: int) -> str:
     """The ``--verbose`` log line of one epoch's ``log.csv`` row."""
     scores = "" if row["val"] is None else f"  val {row['val']:.4f}  test {row['test']:.4f}"
     return f"epoch {row['epoch']}/{epochs}: loss {row['train_loss']:.4f}{scores}  ({row['seconds']:.1f} s)"
-
-
-# What resume reads from last.pt (written by Trainer._checkpoint_content).
-_RESUME_KEYS = ("config", "model", "optimizer", "scheduler", "state", "rng")
 
 
 @dataclass
@@ -278,10 +274,10 @@ class Trainer:
             content["rank_rng"] = gather_objects(content["rng"])
         return content
 
-    def _load(self, name: str, keys: tuple[str, ...] = ("model",)) -> dict[str, Any]:
+    def _load(self, name: str, keys: tuple[str, ...] = ("model",), trust: bool = False) -> dict[str, Any]:
         """A checkpoint of the run directory; under ``ddp`` rank 0 reads it (only it writes the run
         directory, which other hosts may not see) and every rank gets its content, or its error."""
-        return run_on_main(lambda: load_checkpoint(self.run_dir / name, keys=keys), self.ranks)
+        return run_on_main(lambda: load_checkpoint(self.run_dir / name, keys=keys, trust=trust), self.ranks)
 
     def _own_rng(self, checkpoint: dict[str, Any]) -> dict[str, Any]:
         """This rank's saved RNG states: its own where the checkpoint has one per rank of this run."""
@@ -290,9 +286,17 @@ class Trainer:
             return per_rank[self.ranks.rank]
         return checkpoint["rng"]
 
-    def resume(self) -> None:
-        """Continue from ``last.pt`` in the run directory, restoring weights, optimiser, history and RNG."""
-        checkpoint = self._load("last.pt", keys=_RESUME_KEYS)
+    def resume(self, trust_checkpoint: bool = False) -> None:
+        """Continue from ``last.pt`` in the run directory, restoring weights, optimiser, history and RNG.
+
+        ``trust_checkpoint``: also read the NumPy arrays (RNG states) of a ``last.pt`` written by kmipgt 0.1.0
+        (:func:`~kmipgt.train.checkpoint.load_checkpoint`).
+        """
+        self.restore(self._load("last.pt", keys=RESUME_KEYS, trust=trust_checkpoint))
+
+    def restore(self, checkpoint: dict[str, Any]) -> None:
+        """Restore weights, optimiser, history and RNG from the content of this run's ``last.pt`` (read with
+        ``keys=RESUME_KEYS``); ValueError if it was saved with a different config."""
         changed = config_differences(checkpoint["config"], config_to_dict(self.config))
         if changed:
             raise ValueError(

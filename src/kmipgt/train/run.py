@@ -12,7 +12,7 @@ from typing import Any
 
 from kmipgt.distributed.collect import run_on_main
 from kmipgt.distributed.launch import Ranks, process_group
-from kmipgt.train.checkpoint import load_checkpoint
+from kmipgt.train.checkpoint import RESUME_KEYS, load_checkpoint
 from kmipgt.train.config import Config, load_config
 from kmipgt.train.loop import Trainer, out_of_memory_hint, resolve_device
 from kmipgt.train.rundir import prepare_run
@@ -28,30 +28,44 @@ def train(
     save_tokens: bool = False,
     progress: bool = True,
     overwrite: bool = False,
+    trust_checkpoint: bool = False,
 ) -> dict[str, Any]:
     """Train ``config`` (optionally resuming ``out_dir/last.pt``) and return the final metrics.
 
     The whole config and the run directory are checked first (:func:`kmipgt.train.rundir.prepare_run`):
-    a directory holding another run is refused unless ``resume`` or ``overwrite``. With
+    a directory holding another run is refused unless ``resume`` or ``overwrite``. On ``resume``,
+    ``last.pt`` is read next, weights-only, before the data are built; ``trust_checkpoint`` also reads the
+    NumPy arrays of one written by kmipgt 0.1.0 (refused otherwise, :func:`load_run`). With
     ``distributed.strategy`` ``ddp`` or ``graph`` this runs on every rank torchrun started (joining its
     process group unless one is initialised); rank 0 checks the run directory and writes the run.
     """
     if save_tokens and config.distributed.strategy == "graph":
         raise ValueError("save_tokens is not supported with distributed.strategy 'graph'")
+    if trust_checkpoint and not resume:
+        raise ValueError("trust_checkpoint (--trust-checkpoint) reads the last.pt of resume: pass it with "
+                         "resume (--resume)")
     with _process_group(config) as ranks:
         # The trainer (and its DDP reducer) lives only inside this call, so it is gone before the process
         # group is destroyed: a reducer freed after its group was measured to hang the process at exit.
-        return _train_run(config, ranks, resume, stop_after, save_tokens, progress, overwrite)
+        return _train_run(
+            config, ranks, resume, stop_after, save_tokens, progress, overwrite, trust_checkpoint
+        )
 
 
 def _train_run(
     config: Config, ranks: Ranks | None, resume: bool, stop_after: int | None, save_tokens: bool,
-    progress: bool, overwrite: bool,
+    progress: bool, overwrite: bool, trust_checkpoint: bool,
 ) -> dict[str, Any]:
     """:func:`train` inside its process group (``ranks``: None for one process)."""
-    trainer = Trainer(run_on_main(lambda: prepare_run(config, resume=resume, overwrite=overwrite), ranks))
+    prepared = run_on_main(lambda: prepare_run(config, resume=resume, overwrite=overwrite), ranks)
+    checkpoint = None
     if resume:
-        trainer.resume()
+        # Rank 0 reads it (only it writes the run directory) and every rank gets its content, or its error.
+        last, trust = Path(prepared.out_dir) / "last.pt", trust_checkpoint
+        checkpoint = run_on_main(lambda: load_checkpoint(last, keys=RESUME_KEYS, trust=trust), ranks)
+    trainer = Trainer(prepared)
+    if checkpoint is not None:
+        trainer.restore(checkpoint)
     metrics = trainer.fit(stop_after=stop_after, progress=progress)
     if save_tokens and metrics.get("complete") and trainer.writes_files:
         metrics["tokens"] = str(trainer.save_tokens())
@@ -67,12 +81,19 @@ def _process_group(config: Config) -> contextlib.AbstractContextManager[Ranks | 
 
 
 def load_run(
-    run_dir: str | Path, checkpoint: str = "best", overrides: list[str] | tuple[str, ...] = ()
+    run_dir: str | Path,
+    checkpoint: str = "best",
+    overrides: list[str] | tuple[str, ...] = (),
+    trust_checkpoint: bool = False,
 ) -> Trainer:
     """A run's :class:`Trainer` as ``kmipgt train`` built it, with the weights of ``best.pt`` or ``last.pt``.
 
     The saved ``config.yaml`` (with ``overrides`` applied) gives the dataset, model and device; both files
-    are checked before the dataset is loaded, so a wrong directory fails fast (FileNotFoundError).
+    are read before the dataset is loaded, so a wrong directory fails fast (FileNotFoundError). The
+    checkpoint is read weights-only: one that refers to anything but tensors and plain values is refused
+    (:class:`~kmipgt.safe_load.RefusedFileError`, a ValueError). The ``last.pt`` of kmipgt 0.1.0 holds NumPy
+    arrays (its RNG states): ``trust_checkpoint`` reads NumPy arrays of numbers too, still nothing else
+    (:func:`~kmipgt.train.checkpoint.load_checkpoint`).
     """
     if checkpoint not in ("best", "last"):
         raise ValueError(f"checkpoint must be 'best' or 'last', got {checkpoint!r}")
@@ -82,8 +103,10 @@ def load_run(
     path = run_dir / f"{checkpoint}.pt"
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}")
-    trainer = Trainer(load_config(run_dir / "config.yaml", overrides))
-    trainer.model.load_state_dict(load_checkpoint(path)["model"])
+    config = load_config(run_dir / "config.yaml", overrides)
+    weights = load_checkpoint(path, trust=trust_checkpoint)["model"]
+    trainer = Trainer(config)
+    trainer.model.load_state_dict(weights)
     return trainer
 
 
@@ -92,15 +115,16 @@ def evaluate_run(
     checkpoint: str = "best",
     overrides: list[str] | tuple[str, ...] = (),
     save_tokens: bool = False,
+    trust_checkpoint: bool = False,
 ) -> dict[str, Any]:
     """Re-evaluate a finished run's ``best.pt`` or ``last.pt`` on every split with its saved config.
 
     ``overrides`` (``key.sub=value``) change the saved config first, e.g. to apply a model trained on a
     10k-node synthetic city to a 262k-node one (``data.options.num_nodes=262144``) and, with
     ``save_tokens``, dump that graph's query/key tokens to ``out_dir/tokens.pt`` (set ``out_dir`` to keep
-    the run directory untouched).
+    the run directory untouched). ``trust_checkpoint`` as for :func:`load_run`.
     """
-    trainer = load_run(run_dir, checkpoint, overrides)
+    trainer = load_run(run_dir, checkpoint, overrides, trust_checkpoint)
     with out_of_memory_hint(trainer.config):
         metrics: dict[str, Any] = trainer.evaluate()
         if save_tokens:
