@@ -24,14 +24,15 @@ from torch import Tensor
 
 __all__ = ["MAX_FUSED_K", "MAX_FUSED_NODES", "triton_kmip_attention"]
 
-# A forward program holds a [16, next_pow2(nodes)] int32 rank tile and the [next_pow2(d), next_pow2(nodes)]
-# keys (the dot operand) in registers: at 256 nodes and d <= 32 ptxas (sm_90, 8 warps) needs 128 to 194
-# registers a thread (k = 5 to 64) and spills nothing; both double at 512. Graphs that large also give
-# the search and gathers of the general path enough work per graph to run at arithmetic speed.
+# Every graph of a batch is padded to next_pow2(max_nodes) key columns, each of the k selection rounds
+# passes over all of them, and a forward program holds its [16, next_pow2(max_nodes)] int32 rank tile and
+# the [next_pow2(d), next_pow2(max_nodes)] key block in registers: at 256 nodes and d <= 32 ptxas (sm_90,
+# 8 warps) fits a program in 128 to 248 registers a thread for k = 5 to 64 without spilling (204 already
+# at 512 nodes and k = 5). So the fused path is for batches of small graphs (LRGB's are below 200 nodes);
+# larger graphs take the blockwise search, whose cost per key tile does not grow with the graph.
 MAX_FUSED_NODES = 256
-# k is a compile-time constant (the slot tensors are [BLOCK_M, next_pow2(k)] in registers and the forward
-# unrolls its k value gathers); selection costs one pass over the score tile per slot. At 64 the forward
-# still compiles in about 10 s and spills nothing.
+# k is a compile-time constant: the slot tensors are [BLOCK_M, next_pow2(k)] in registers and the forward
+# unrolls its k value gathers (about 12 s of compilation at k = 64, still without spills).
 MAX_FUSED_K = 64
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -246,7 +247,7 @@ class _FusedKMIPAttention(torch.autograd.Function):
         weight = torch.empty(num_nodes, heads, k, dtype=torch.float32, device=device)
         block_m, block_n, block_d, block_dv = _blocks(max_nodes, dim, dim_v)
         graphs = ptr.numel() - 1
-        if num_nodes > 0 and graphs > 0 and max_nodes > 0:
+        if num_nodes > 0 and heads > 0 and graphs > 0 and max_nodes > 0:
             grid = (graphs, triton.cdiv(max_nodes, block_m), heads)
             _forward_kernel[grid](
                 query, key, value, ptr, out, index, score, weight,
@@ -270,7 +271,7 @@ class _FusedKMIPAttention(torch.autograd.Function):
         grad_query, grad_key, grad_value = (torch.empty_like(t, memory_format=torch.contiguous_format)
                                             for t in (query, key, value))
         graphs = ptr.numel() - 1
-        if num_nodes > 0 and graphs > 0 and ctx.max_nodes > 0:
+        if num_nodes > 0 and heads > 0 and graphs > 0 and ctx.max_nodes > 0:
             key_chunk = min(_KEY_CHUNK, _pow2(ctx.max_nodes))
             grid = (graphs, triton.cdiv(ctx.max_nodes, key_chunk), heads)
             _backward_kernel[grid](
