@@ -28,16 +28,16 @@ __all__ = ["MAX_FUSED_K", "MAX_FUSED_NODES", "triton_kmip_attention"]
 # passes over all of them, and a forward program holds its [16, next_pow2(max_nodes)] int32 rank tile and
 # the [next_pow2(d), next_pow2(max_nodes)] key block in registers: at 256 nodes and d <= 32 ptxas (sm_90,
 # 8 warps) fits a program in 128 to 248 registers a thread for k = 5 to 64 without spilling (204 already
-# at 512 nodes and k = 5). So the fused path is for batches of small graphs (LRGB's are below 200 nodes);
-# larger graphs take the blockwise search, whose cost per key tile does not grow with the graph.
+# at 512 nodes and k = 5). So the fused path is for batches of small graphs (molecules, peptides); a
+# batch with a larger graph takes the blockwise search, whose cost per key tile does not grow with it.
 MAX_FUSED_NODES = 256
 # k is a compile-time constant: the slot tensors are [BLOCK_M, next_pow2(k)] in registers and the forward
 # unrolls its k value gathers (about 12 s of compilation at k = 64, still without spills).
 MAX_FUSED_K = 64
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-# Elements of the [BLOCK_M, BLOCK_N] int32 score tile of a forward program (32 registers a thread at 4
-# warps); at least 16 query rows, the least a `tl.dot` takes.
+# Elements of the [BLOCK_M, BLOCK_N] int32 rank tile of a forward program (16 to 32 registers a thread);
+# at least 16 query rows all the same, the least a `tl.dot` takes.
 _TILE_ELEMENTS = 4096
 # A backward program owns up to this many keys of a graph (their float32 gradients stay in registers) and
 # visits the graph's queries in tiles of up to _QUERY_TILE rows.
