@@ -44,6 +44,7 @@ def test_the_parts_add_up_and_attention_is_timed_only_where_there_is_some():
     assert result["parts_ms"]["attention"] > 0 and result["parts_ms"]["mpnn"] > 0
     assert result["batch"]["graphs"] == 3 and 300 <= result["batch"]["nodes"] <= 597
     assert result["device"] == "cpu" and result["torch"] == torch.__version__ and result["threads"] == 1
+    assert result["modules_timed"]
     ablation = _breakdown("model.attention=none")
     _check_sums(ablation)
     assert ablation["parts_ms"]["attention"] == 0 and ablation["parts_ms"]["mpnn"] > 0

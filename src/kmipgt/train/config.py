@@ -132,8 +132,8 @@ class OptimConfig:
     ``precision``: ``fp32``, or ``bf16`` (the forward pass under bfloat16 autocast on CPU or GPU, with fp32
     weights, optimiser state and loss: about half the activation memory).
     ``compile``: run the model through ``torch.compile`` (dynamic shapes, one process only). On CPU it
-    did not make a graph-level GPS step faster (docs/training.md); it is there for GPUs, where small-graph
-    batches are bound by kernel launches.
+    does not help: GatedGCN fails to compile and the models that compile run slower (docs/training.md);
+    it is there for GPUs, where small-graph batches are bound by kernel launches.
     """
 
     lr: float = 1e-3
