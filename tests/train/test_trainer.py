@@ -341,7 +341,7 @@ def _recorded_losses(monkeypatch, bad_call: int | None = None, bad: float = 1.0)
         loss = compute_loss(name, output, target)
         if len(losses) == bad_call:
             loss = loss * bad
-        losses.append((float(loss), target.size(0)))
+        losses.append((float(loss.detach()), target.size(0)))
         return loss
 
     monkeypatch.setattr(loop, "compute_loss", recording)

@@ -1,9 +1,9 @@
 """Graph-level data kept on the device: a split collated once, mini-batches cut from it by graph index.
 
-Collating a mini-batch on the host and copying it to the device costs about as much as a training step of a
-small model on a GPU (LRGB: 200 molecules per batch). With ``data.on_device: true`` each split is collated
-once into one PyG ``Batch`` on the device and every mini-batch is gathered from it with tensor ops, equal to
-what collating the same graphs would give.
+Collating a mini-batch of small graphs (LRGB: 200 molecules) on the host and copying it to the device is host
+work in every step, which on a GPU can take as long as the step itself. With ``data.on_device: true`` each
+split is collated once into one PyG ``Batch`` on the device and every mini-batch is gathered from it with
+tensor ops, equal to what collating the same graphs would give.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class ResidentGraphs:
 
         Sizes come from the host copy of the slicing, so nothing here waits for the device.
         """
-        index = torch.as_tensor(index, dtype=torch.long)
+        index = torch.as_tensor(index, dtype=torch.long, device="cpu")
         if index.dim() != 1 or index.numel() == 0:
             raise ValueError(f"index must be a non-empty 1-D tensor of graph ids, got {tuple(index.shape)}")
         if int(index.min()) < 0 or int(index.max()) >= self.num_graphs:
