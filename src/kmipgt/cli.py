@@ -633,6 +633,41 @@ def _add_bench_train(bench: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=_bench_train)
 
 
+def _bench_step(args: argparse.Namespace) -> int:
+    from kmipgt.bench.common import write_json
+    from kmipgt.train.step_time import markdown_table, step_breakdown
+
+    settings = [*args.overrides, f"threads={args.threads}"]
+    if args.device is not None:
+        settings.append(f"device={args.device}")
+    result = step_breakdown(_load_config(args.config, settings), steps=args.steps, warmup=args.warmup)
+    result = {"config": args.config, "overrides": args.overrides, **result}
+    table = markdown_table(result)
+    batch = result["batch"]
+    print(f"{args.config} on {result['device']} ({result['threads']} threads, torch {result['torch']}): "
+          f"{batch['graphs']} graphs, {batch['nodes']} nodes, {batch['edges']} edges per step; "
+          f"median of {args.steps} steps")
+    print(table)
+    write_json(result, args.out / "step.json")
+    (args.out / "step.md").write_text(table + "\n")
+    print(f"wrote {args.out / 'step.json'} and {args.out / 'step.md'}")
+    return 0
+
+
+def _add_bench_step(bench: argparse._SubParsersAction) -> None:
+    parser = bench.add_parser(
+        "step", help="one training step of a config on stand-in data: data, attention, MPNN and the rest"
+    )
+    parser.add_argument("--config", required=True, help="run config (path or shipped name)")
+    _add_overrides(parser, "model.attention=none")
+    parser.add_argument("--steps", type=_positive_int, default=5, help="timed steps (medians reported)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed steps first")
+    parser.add_argument("--threads", type=_positive_int, default=1, help="torch CPU threads")
+    parser.add_argument("--device", default=None, help="torch device (default: the config's `device`)")
+    parser.add_argument("--out", type=Path, default=Path("bench-out/step"), help="folder of step.json/.md")
+    parser.set_defaults(handler=_bench_step, config_allocator=True)
+
+
 def _layer_or_all(text: str) -> int | None:
     return None if text == "all" else int(text)
 
@@ -921,6 +956,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench_approx(bench)
     _add_bench_memory(bench)
     _add_bench_train(bench)
+    _add_bench_step(bench)
     _add_data(commands)
     _add_train_eval(commands)
     _add_sweep(commands)

@@ -60,9 +60,10 @@ def test_ddp_resume_equals_the_uninterrupted_run(ddp_dirs):
 
 
 def test_torchrun_runs_the_command_on_two_ranks(tmp_path, one_process):
-    """``torchrun -m`` style launch of the CLI (here: the CLI with the toy graphs) gives the same losses."""
+    """``torchrun -m`` style launch of the CLI (here: the CLI with the toy graphs) gives the same losses,
+    also with ``data.on_device`` (each rank cuts its share of every batch from the resident splits)."""
     out = tmp_path / "run"
-    overrides = [*TOY_OVERRIDES, f"out_dir={out}", "distributed.strategy=ddp"]
+    overrides = [*TOY_OVERRIDES, f"out_dir={out}", "distributed.strategy=ddp", "data.on_device=true"]
     sets = [arg for item in overrides for arg in ("--set", item)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "KMIPGT_CACHE": str(tmp_path / "cache"),
            "PYTHONPATH": os.pathsep.join([str(TESTS), *sys.path])}

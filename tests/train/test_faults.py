@@ -107,6 +107,7 @@ def test_bad_config_values_exit_2_before_touching_the_disk(tmp_path, capsys, ove
         ["bench", "attention", "--n", ",,,"],
         ["bench", "search", "--n", "1,x"],
         ["bench", "attention", "--dtype", "int8"],
+        ["bench", "step", "--config", "peptides_func", "--steps", "0"],
     ],
 )
 def test_bad_options_are_one_line_usage_errors(argv, capsys):
@@ -123,6 +124,8 @@ def test_bad_options_are_one_line_usage_errors(argv, capsys):
         (["bench", "attention", "--n", "8", "--backends", "fast"], "`backends` must be among"),
         (["bench", "search", "--n", "8", "--k", "0"], "`k` must be > 0"),
         (["bench", "search", "--n", "8", "--backends", "magic"], "`backends` must be among"),
+        (["bench", "step", "--config", "peptides_func", "--warmup", "-1"], "warmup must be an int >= 0"),
+        (["bench", "step", "--config", "peptides_func", "--set", "model.k=0"], "'model.k' must be >= 1"),
     ],
 )
 def test_bad_bench_options_exit_2(argv, match, capsys, tmp_path):

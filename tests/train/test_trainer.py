@@ -13,7 +13,8 @@ from torch_geometric.utils import to_undirected
 from kmipgt.cli import main
 from kmipgt.data import list_datasets
 from kmipgt.nn import BASELINE_KINDS, BaselineModel
-from kmipgt.train import Trainer, build_model, load_config
+from kmipgt.train import Trainer, build_model, load_config, loop
+from kmipgt.train.checkpoint import load_checkpoint
 from kmipgt.train.datasets import PreparedData
 from kmipgt.train.metrics import compute_metric, higher_is_better
 from kmipgt.train.task import forward as _forward
@@ -329,3 +330,38 @@ def test_saved_tokens_of_position_keyed_attention_come_from_the_encodings(tmp_pa
     first = collect_tokens(trainer.model, trainer.data.splits["test"][0])[0]
     torch.testing.assert_close(tokens["query"], first.query)
     torch.testing.assert_close(tokens["key"], first.key)
+
+
+def _recorded_losses(monkeypatch, bad_call: int | None = None, bad: float = 1.0) -> list[tuple[float, int]]:
+    """Record every training step's loss and target count; the loss of call ``bad_call`` (from 0) times
+    ``bad``."""
+    losses, compute_loss = [], loop.compute_loss
+
+    def recording(name, output, target):
+        loss = compute_loss(name, output, target)
+        if len(losses) == bad_call:
+            loss = loss * bad
+        losses.append((float(loss.detach()), target.size(0)))
+        return loss
+
+    monkeypatch.setattr(loop, "compute_loss", recording)
+    return losses
+
+
+def test_the_epoch_loss_is_the_step_losses_weighted_by_their_targets(tmp_path, monkeypatch):
+    losses = _recorded_losses(monkeypatch)
+    trainer = Trainer(_toy_config(tmp_path, attention="none"), _toy_graph_data())  # batches of 5, 5, 5, 1
+    epoch_loss = trainer._train_epoch()
+    assert [count for _, count in losses] == [5, 5, 5, 1]
+    expected = sum(loss * count for loss, count in losses) / 16
+    assert epoch_loss == pytest.approx(expected, rel=1e-6)
+    assert epoch_loss != pytest.approx(np.mean([loss for loss, _ in losses]), rel=1e-3)
+
+
+@pytest.mark.parametrize(("bad", "word"), [(float("nan"), "NaN"), (float("inf"), "inf")])
+def test_a_non_finite_loss_stops_training_and_names_the_epoch(tmp_path, monkeypatch, bad, word):
+    _recorded_losses(monkeypatch, bad_call=7, bad=bad)  # the last step of epoch 2
+    trainer = Trainer(_toy_config(tmp_path, attention="none"), _toy_graph_data())
+    with pytest.raises(FloatingPointError, match=rf"loss became {word} in epoch 2, .*last\.pt keeps epoch 1"):
+        trainer.fit(progress=False)
+    assert load_checkpoint(tmp_path / "last.pt", keys=("state",))["state"]["epoch"] == 1

@@ -26,6 +26,10 @@ class DataConfig:
     encodings and the z-scoring, so the original nodes' inputs are unchanged.
     ``split_seed`` (node level): redraw the dataset's train/val/test split with this seed, keeping each
     part's size (:func:`kmipgt.data.redraw_split_masks`); ``None`` (default): the dataset's own split.
+    ``on_device`` (graph level): collate each split once into one batch on the run's device and cut every
+    mini-batch from it there (:class:`kmipgt.train.resident.ResidentGraphs`) instead of collating each on
+    the host and copying it: the same batches in the same order, for the memory of the whole dataset on
+    the device.
     """
 
     name: str = "minnesota"
@@ -38,6 +42,7 @@ class DataConfig:
     test_edges: float = 0.1
     virtual_node: bool = False
     split_seed: int | None = None
+    on_device: bool = False
 
 
 @dataclass
@@ -126,6 +131,9 @@ class OptimConfig:
 
     ``precision``: ``fp32``, or ``bf16`` (the forward pass under bfloat16 autocast on CPU or GPU, with fp32
     weights, optimiser state and loss: about half the activation memory).
+    ``compile``: run the model through ``torch.compile`` (dynamic shapes, one process only). On CPU it
+    does not help: GatedGCN fails to compile and the models that compile run slower (docs/training.md);
+    it is there for GPUs, where small-graph batches are bound by kernel launches.
     """
 
     lr: float = 1e-3
@@ -135,6 +143,7 @@ class OptimConfig:
     grad_clip: float = 1.0
     eval_every: int = 1
     precision: str = "fp32"
+    compile: bool = False
 
 
 @dataclass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch_geometric.data import Data
@@ -181,8 +182,12 @@ def _edge_level(raw, config: Config) -> tuple[dict[str, list[Data]], Data, torch
     return splits, splits["train"][0], splits["train"][0].edge_label
 
 
-def prepare_data(config: Config) -> PreparedData:
-    """Load and prepare the dataset named in ``config.data`` for ``config.task.level``."""
+def prepare_data(config: Config, raw: Any = None) -> PreparedData:
+    """Load and prepare the dataset named in ``config.data`` for ``config.task.level``.
+
+    ``raw``: a dataset as its loader returns it (one graph, or graph lists per split) to prepare instead of
+    loading ``config.data``'s (e.g. :func:`kmipgt.train.stand_in.stand_in_data`).
+    """
     level = config.task.level
     if level != "node" and config.task.label_inputs > 0:
         raise ValueError("task.label_inputs needs task.level: node")
@@ -190,7 +195,8 @@ def prepare_data(config: Config) -> PreparedData:
         raise ValueError(f"data.split_seed needs task.level: node, got {level!r}")
     if level != "graph" and config.data.virtual_node:
         raise ValueError(f"data.virtual_node needs task.level: graph, got {level!r}")
-    raw = load_raw(config)
+    if raw is None:
+        raw = load_raw(config)
     graph, splits = None, None
     if level == "node":
         graph, first, targets = _node_level(raw, config)

@@ -39,12 +39,13 @@ from kmipgt.train.metrics import compute_metric, higher_is_better
 from kmipgt.train.models import build_model
 from kmipgt.train.partitioned import PartitionedNodeTask, partition_graph, rank_share
 from kmipgt.train.report import plot_curves, write_csv, write_json
-from kmipgt.train.task import compute_loss, forward, make_task
+from kmipgt.train.task import Step, compute_loss, forward, make_task
 from kmipgt.train.tensorboard import ScalarWriter
 
 __all__ = [
     "PRECISIONS",
     "Trainer",
+    "compile_failure_hint",
     "out_of_memory_hint",
     "peak_memory_mb",
     "resolve_device",
@@ -95,6 +96,24 @@ def out_of_memory_hint(config: Config):
         raise
 
 
+@contextlib.contextmanager
+def compile_failure_hint(compiled: bool):
+    """With ``compiled`` (``optim.compile: true``), turn a failure of ``torch.compile`` while it traces the
+    model (a TorchDynamo error, or the bare AssertionError some of its internal checks raise) into a
+    RuntimeError that names the option; the model's own errors pass unchanged."""
+    if not compiled:
+        yield
+        return
+    try:
+        yield
+    except (torch._dynamo.exc.TorchDynamoException, AssertionError) as error:
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise RuntimeError(
+            f"torch.compile failed on this model ({type(error).__name__}: {first}); train it uncompiled "
+            "with optim.compile: false (docs/training.md lists what compiles)"
+        ) from error
+
+
 def _oom_message(config: Config) -> str:
     m = config.model
     what = f"{m.attention!r} attention" if m.kind == "gps" else f"the {m.kind!r} baseline"
@@ -102,6 +121,16 @@ def _oom_message(config: Config) -> str:
         f"out of memory training {what} (k={m.k}, heads={m.heads}, channels={m.channels}, "
         f"batch_size={config.data.batch_size}). Try a smaller model.k, fewer model.heads or model.channels, "
         "a smaller data.batch_size, or an approximate search backend via model.attention_options.backend."
+    )
+
+
+def _non_finite_message(loss: float, epoch: int, config: Config) -> str:
+    what = "NaN" if math.isnan(loss) else "inf"
+    kept = f"last.pt keeps epoch {epoch - 1}" if epoch > 1 else "nothing was saved"
+    return (
+        f"the training loss became {what} in epoch {epoch}, so training stopped ({kept}). "
+        f"Try a smaller optim.lr (now {config.optim.lr}), gradient clipping (optim.grad_clip, now "
+        f"{config.optim.grad_clip}) or optim.precision=fp32, and check the inputs for NaN or inf"
     )
 
 
@@ -166,6 +195,8 @@ class Trainer:
         self.data = data if data is not None else prepare_data(config)
         seed_everything(config.seed)
         self.model = build_model(config, self.data).to(self.device)
+        if config.optim.compile:
+            self.model.compile(dynamic=True)
         # What training steps through: the model, its DDP wrapper that averages gradients over ranks, or
         # the model on this rank's share of a partitioned graph.
         self.network: torch.nn.Module = self.model
@@ -196,12 +227,15 @@ class Trainer:
         self.branches = BranchMonitor(self.model) if config.log_branches else None
         self.state = _State()
         self.higher_is_better = higher_is_better(config.task.metric)
+        self._trim = effective_allocator(config.allocator) == "trim"
 
     def _predict(self, batch: Data, network: torch.nn.Module | None = None) -> torch.Tensor:
         """The output of ``network`` (default: what evaluation runs) in fp32; with ``optim.precision: bf16``
         the forward runs under bf16 autocast (weights, optimiser state and the loss stay fp32)."""
         bf16 = self.config.optim.precision == "bf16"
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=bf16):
+        with compile_failure_hint(self.config.optim.compile), torch.autocast(
+            self.device.type, dtype=torch.bfloat16, enabled=bf16
+        ):
             return forward(self.evaluated if network is None else network, batch).float()
 
     def _redraw_random_features(self) -> None:
@@ -210,35 +244,46 @@ class Trainer:
                 module.redraw_projection()
 
     def _train_epoch(self) -> float:
-        """One epoch of optimiser steps; the mean training loss per node, graph or pair (over every rank)."""
+        """One epoch of optimiser steps; the mean training loss per node, graph or pair (over every rank).
+
+        The loss is summed on the device and read once, at the end of the epoch: a read per step would
+        wait for the device at every step.
+        """
         self.model.train()
         self._redraw_random_features()
-        loss_name, clip = self.config.task.loss, self.config.optim.grad_clip
-        trim = effective_allocator(self.config.allocator) == "trim"
-        total, count = 0.0, 0
+        total: torch.Tensor | float = 0.0
+        count = 0
         for step in self.task.train_steps(self.device):
-            output, target = self.task.loss_inputs(self._predict(step.batch, self.network), step)
-            loss = compute_loss(loss_name, output, target)
-            self.optimizer.zero_grad()
-            if self.shard is None:
-                loss.backward()
-            else:
-                rank_share(loss, output, target.size(0)).backward()
-                sum_gradients(self.model.parameters())
-            if self.branches is not None:
-                self.branches.record_gradients()
-            if clip > 0:
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
-            self.optimizer.step()
-            self.scheduler.step()
-            if trim:
-                release_free_memory()
-            if target.size(0):  # a rank of a partitioned graph may have no training nodes (mean: NaN)
-                total += loss.item() * target.size(0)
-                count += target.size(0)
+            step_total, step_count = self.train_step(step)
+            if step_count:  # a rank of a partitioned graph may have no training nodes (mean: NaN)
+                total, count = total + step_total, count + step_count
+        total = float(total)
         if self.ranks is not None:
             total, count = sum_across_ranks([total, count])
         return total / count
+
+    def train_step(self, step: Step) -> tuple[torch.Tensor, int]:
+        """One optimiser step on ``step``: ``(loss × targets, targets)``, the first a 0-dim tensor on the
+        device (not read here, so the host never waits for the step), the second the number of nodes,
+        graphs or pairs the loss averaged over."""
+        output, target = self.task.loss_inputs(self._predict(step.batch, self.network), step)
+        loss = compute_loss(self.config.task.loss, output, target)
+        self.optimizer.zero_grad()
+        if self.shard is None:
+            loss.backward()
+        else:
+            rank_share(loss, output, target.size(0)).backward()
+            sum_gradients(self.model.parameters())
+        if self.branches is not None:
+            self.branches.record_gradients()
+        clip = self.config.optim.grad_clip
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        if self._trim:
+            release_free_memory()
+        return loss.detach() * target.size(0), target.size(0)
 
     @torch.no_grad()
     def evaluate(self, splits: tuple[str, ...] = ("train", "val", "test")) -> dict[str, float]:
@@ -359,6 +404,8 @@ class Trainer:
         start = time.perf_counter()
         with out_of_memory_hint(self.config):
             loss = self._train_epoch()
+        if not math.isfinite(loss):
+            raise FloatingPointError(_non_finite_message(loss, epoch + 1, self.config))
         row: dict[str, Any] = {
             "epoch": epoch + 1,
             "lr": self.optimizer.param_groups[0]["lr"],

@@ -9,12 +9,13 @@ the targets, the outputs and targets each split is scored on, and which graph a 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
 import torch
 import torch.nn.functional as F
+from torch.utils.data import DataLoader as TorchDataLoader
 from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
 from torch_geometric.utils import negative_sampling
@@ -25,6 +26,7 @@ from kmipgt.distributed.sampling import GeneratorDistributedSampler, evaluation_
 from kmipgt.ops.ragged import RaggedLayout, attach_layout
 from kmipgt.train.config import Config
 from kmipgt.train.datasets import SPLITS, PreparedData, label_columns, node_coords
+from kmipgt.train.resident import ResidentGraphs
 
 __all__ = [
     "LOSSES",
@@ -179,11 +181,14 @@ class Task:
         the outputs of a graph or batch; one split at a time, so only its outputs are held."""
         for split in splits:
             outputs, targets = [], []
-            for batch in self.eval_batches(split):
-                batch = batch_to_device(batch, device)
+            for batch in self._device_batches(split, device):
                 outputs.append(predict(batch))
                 targets.append(self.target(batch))
             yield split, torch.cat(outputs), torch.cat(targets)
+
+    def _device_batches(self, split: str, device: torch.device) -> Iterator[Data]:
+        """:meth:`eval_batches` of ``split`` on ``device``."""
+        return (batch_to_device(batch, device) for batch in self.eval_batches(split))
 
     def token_graph(self) -> Data:
         """The graph whose attention tokens a run saves: the test split's first graph."""
@@ -257,18 +262,45 @@ class GraphTask(Task):
 
     Under ``ddp`` each rank steps through its share of every global batch and scores a contiguous share of
     each split; the outputs are gathered in rank order, so every rank scores the whole split as one process.
+    Batches for a CUDA device are collated into pinned memory and copied without blocking the host. With
+    ``data.on_device`` each split is collated once on the device (:class:`ResidentGraphs`) and every batch
+    is cut from it: the same graphs in the same order, drawn from the generator as the loader draws them.
     """
 
     level = "graph"
+
+    def __init__(
+        self, config: Config, data: PreparedData, generator: torch.Generator, ranks: Ranks | None = None
+    ):
+        super().__init__(config, data, generator, ranks)
+        self._resident: dict[tuple[str, torch.device], ResidentGraphs] = {}
 
     def steps_per_epoch(self) -> int:
         return len(self._loader("train", shuffle=True))
 
     def train_steps(self, device: torch.device) -> Iterator[Step]:
-        return (Step(batch_to_device(batch, device), None) for batch in self._loader("train", shuffle=True))
+        return (Step(batch, None) for batch in self._batches("train", True, device))
 
     def eval_batches(self, split: str) -> DataLoader:
         return self._loader(split, shuffle=False)
+
+    def _device_batches(self, split: str, device: torch.device) -> Iterator[Data]:
+        return self._batches(split, False, device)
+
+    def _batches(self, split: str, shuffle: bool, device: torch.device) -> Iterator[Data]:
+        """The mini-batches of ``split`` on ``device``: cut from the resident split, or collated on the host
+        (into pinned memory for a CUDA device) and copied."""
+        if self.config.data.on_device:
+            resident = self._resident_split(split, device)
+            return (resident.batch(index) for index in self._loader(split, shuffle, indices=True))
+        loader = self._loader(split, shuffle, pin_memory=device.type == "cuda")
+        return (batch_to_device(batch, device) for batch in loader)
+
+    def _resident_split(self, split: str, device: torch.device) -> ResidentGraphs:
+        key = (split, device)
+        if key not in self._resident:
+            self._resident[key] = ResidentGraphs(self.data.splits[split], device)
+        return self._resident[key]
 
     def split_outputs(
         self, predict: Callable[[Data], torch.Tensor], splits: Iterable[str], device: torch.device
@@ -278,19 +310,26 @@ class GraphTask(Task):
             return outputs
         return ((split, gather_rows(output), gather_rows(target)) for split, output, target in outputs)
 
-    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+    def _loader(
+        self, split: str, shuffle: bool, indices: bool = False, pin_memory: bool = False
+    ) -> TorchDataLoader:
+        """The loader of ``split``'s graphs, or with ``indices`` of their indices (``[B]`` tensors): the
+        same sampler either way, so both draw the same order from the generator."""
         graphs, batch_size = self.data.splits[split], self.config.data.batch_size
+        items: Sequence = range(len(graphs)) if indices else graphs
+        kind = TorchDataLoader if indices else DataLoader
         if self.ranks is None:
-            return DataLoader(
-                graphs, batch_size=batch_size, shuffle=shuffle, generator=self.generator if shuffle else None
-            )
+            generator = self.generator if shuffle else None
+            return kind(items, batch_size=batch_size, shuffle=shuffle, generator=generator,
+                        pin_memory=pin_memory)
         if shuffle:
-            sampler = GeneratorDistributedSampler(graphs, self.ranks, self.generator)
+            sampler = GeneratorDistributedSampler(items, self.ranks, self.generator)
             # The loader draws its base seed from the same generator, as one process's loader does.
             per_rank = rank_batch_size(batch_size, self.ranks)
-            return DataLoader(graphs, batch_size=per_rank, sampler=sampler, generator=self.generator)
+            return kind(items, batch_size=per_rank, sampler=sampler, generator=self.generator,
+                        pin_memory=pin_memory)
         share = evaluation_share(len(graphs), self.ranks)
-        return DataLoader(graphs[share.start:share.stop], batch_size=batch_size)
+        return kind(items[share.start:share.stop], batch_size=batch_size, pin_memory=pin_memory)
 
 
 class LinkTask(Task):
@@ -318,4 +357,8 @@ def make_task(
     """The task of ``data.level`` over ``data``, drawing its randomness from ``generator`` (on ``ranks``)."""
     if data.level not in TASK_CLASSES:
         raise ValueError(f"task level must be one of {tuple(TASK_CLASSES)}, got {data.level!r}")
+    if config.data.on_device and data.level != "graph":
+        raise ValueError(
+            f"data.on_device needs a graph-level task (task.level: graph), got task.level {data.level!r}"
+        )
     return TASK_CLASSES[data.level](config, data, generator, ranks)

@@ -138,6 +138,10 @@ def _check_distributed(config: Config) -> None:
         )
     if strategy == "graph":
         _check_graph_strategy(config)
+    if config.optim.compile and strategy != "none":
+        raise ValueError(f"config key 'optim.compile' needs distributed.strategy 'none', got {strategy!r}")
+    if config.data.on_device and config.task.level != "graph":
+        raise ValueError(f"config key 'data.on_device' needs task.level 'graph', got {config.task.level!r}")
 
 
 def validate_config(config: Config) -> None:
