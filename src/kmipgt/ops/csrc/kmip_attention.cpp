@@ -52,6 +52,15 @@ inline v8f select(v8i mask, v8f a, v8f b) {
 
 inline v8i select(v8i mask, v8i a, v8i b) { return (mask & a) | (~mask & b); }
 
+// a > b ? a : b per lane, so a NaN in a never wins.
+inline v8f vmax(v8f a, v8f b) {
+#ifdef __AVX__
+  return reinterpret_cast<v8f>(_mm256_max_ps(reinterpret_cast<__m256>(a), reinterpret_cast<__m256>(b)));
+#else
+  return select(a > b, a, b);
+#endif
+}
+
 inline v8f load(const float* p) { return *reinterpret_cast<const v8fu*>(p); }
 
 inline void store(float* p, v8f x) { *reinterpret_cast<v8fu*>(p) = x; }
@@ -93,28 +102,9 @@ inline v8f exp_nonpositive(v8f x) {
   return select(under, v8f{}, y * reinterpret_cast<v8f>(exponent));
 }
 
-// The last `rem` (1..7) lanes of a vector.
-inline v8i tail_lanes(int64_t rem) {
-  const v8i lane = {0, 1, 2, 3, 4, 5, 6, 7};
-  return lane >= static_cast<int>(8 - rem);
-}
-
 // A row of n >= 8 floats whose length is not a multiple of 8 ends in the window [n - 8, n), which overlaps
-// the last full vector: a vector step instead of a scalar loop. Writers compute the window from the row's
-// old values, as the full vectors do, and store it last (the overlapping lanes get the same values
-// twice), so that no load reads a vector a store just half-covered, which would stall. Shorter rows take
-// the scalar loops.
-
-inline float dot(const float* a, const float* b, int64_t n) {
-  v8f acc = {};
-  int64_t p = 0;
-  for (; p + 8 <= n; p += 8) acc += load(a + p) * load(b + p);
-  if (p == n) return hsum(acc);
-  if (n >= 8) return hsum(acc + select(tail_lanes(n - p), load(a + n - 8) * load(b + n - 8), v8f{}));
-  float sum = hsum(acc);
-  for (; p < n; ++p) sum += a[p] * b[p];
-  return sum;
-}
+// the last full vector: a vector step instead of a scalar loop (the overlapping lanes are written twice,
+// with the same values). Shorter rows take scalar loops.
 
 // Σ_j weight[j] * rows[j][p:p + 8]
 inline v8f weighted_vector(const float* const* rows, const float* weight, int64_t count, int64_t p) {
@@ -147,49 +137,52 @@ inline void weighted_rows(const float* const* rows, const float* weight, int64_t
   if (n % 8 != 0) store(out + n - 8, weighted_vector(rows, weight, count, n - 8));
 }
 
-// out[0:n] += scale * x[0:n]
-inline void axpy(float scale, const float* x, int64_t n, float* out) {
-  if (n < 8) {
-    for (int64_t p = 0; p < n; ++p) out[p] += scale * x[p];
-    return;
-  }
-  const v8f last = load(out + n - 8) + scale * load(x + n - 8);
-  for (int64_t p = 0; p + 8 <= n; p += 8) store(out + p, load(out + p) + scale * load(x + p));
-  if (n % 8 != 0) store(out + n - 8, last);
-}
-
 struct Shape {
   int64_t heads, dim, dim_v, k;
 };
+
+// dst[0:n] = src[0:n] inline (a library memcpy call costs more than these few vectors).
+inline void copy_row(const float* src, int64_t n, float* dst) {
+  if (n < 8) {
+    for (int64_t p = 0; p < n; ++p) dst[p] = src[p];
+    return;
+  }
+  for (int64_t p = 0; p + 8 <= n; p += 8) store(dst + p, load(src + p));
+  if (n % 8 != 0) store(dst + n - 8, load(src + n - 8));
+}
 
 // Rows start:start+size of one head of a [N, heads, width] tensor, as rows of `stride` >= width floats
 // (the lanes beyond width are left as they are).
 void gather_rows(const float* src, int64_t heads, int64_t width, int64_t head, int64_t start, int64_t size,
                  int64_t stride, float* dst) {
-  for (int64_t i = 0; i < size; ++i)
-    std::memcpy(dst + i * stride, src + ((start + i) * heads + head) * width, sizeof(float) * width);
+  for (int64_t i = 0; i < size; ++i) copy_row(src + ((start + i) * heads + head) * width, width, dst + i * stride);
 }
 
 // The inverse of gather_rows.
 void scatter_rows(const float* src, int64_t stride, int64_t heads, int64_t width, int64_t head, int64_t start,
                   int64_t size, float* dst) {
-  for (int64_t i = 0; i < size; ++i)
-    std::memcpy(dst + ((start + i) * heads + head) * width, src + i * stride, sizeof(float) * width);
+  for (int64_t i = 0; i < size; ++i) copy_row(src + i * stride, width, dst + ((start + i) * heads + head) * width);
 }
 
 // Whole vectors per row: a row of width floats padded with zeros to a multiple of 8.
 inline int64_t padded(int64_t width) { return (width + 7) / 8 * 8; }
 
-// Σ a[p] b[p] over rows of `stride` (a multiple of 8) floats.
-inline float dot_padded(const float* a, const float* b, int64_t stride) {
+// Σ a[p] b[p] over rows of `vectors` whole vectors.
+inline float dot_padded(const float* a, const float* b, int64_t vectors) {
   v8f acc = {};
-  for (int64_t p = 0; p < stride; p += 8) acc += load(a + p) * load(b + p);
+  for (int64_t c = 0; c < vectors; ++c) acc += load(a + 8 * c) * load(b + 8 * c);
   return hsum(acc);
 }
 
-// out[0:stride] += scale * x[0:stride], rows of `stride` (a multiple of 8) floats.
-inline void axpy_padded(float scale, const float* x, int64_t stride, float* out) {
-  for (int64_t p = 0; p < stride; p += 8) store(out + p, load(out + p) + scale * load(x + p));
+// out += scale * x over rows of `vectors` whole vectors.
+inline void axpy_padded(float scale, const float* x, int64_t vectors, float* out) {
+  for (int64_t c = 0; c < vectors; ++c) store(out + 8 * c, load(out + 8 * c) + scale * load(x + 8 * c));
+}
+
+// out = Σ_j weight[j] * rows[j] over rows of `vectors` whole vectors.
+inline void weighted_padded(const float* const* rows, const float* weight, int64_t count, int64_t vectors,
+                            float* out) {
+  for (int64_t c = 0; c < vectors; ++c) store(out + 8 * c, weighted_vector(rows, weight, count, 8 * c));
 }
 
 // Keys start:start+size of one head as panels of 16, [panel][dim][16], zero past the graph's end.
@@ -229,90 +222,146 @@ void score_block(const float* const* q, const v8f* packed, int64_t panels, int64
   }
 }
 
-// The best min(k, size) of a score row by (score desc, position asc), written best first; returns how
-// many. The row is `chunks` vectors, NaN past its end; NaN scores are never selected (as in the fused
-// search), so a graph with NaN inputs selects fewer. Small k (<= 8 * W) only.
-// First a lower bound on the k-th best score: the maxima of the 8 * W position classes p mod 8 * W are
-// distinct scores, so the k-th largest of them is reached by at least k scores; far fewer reach it than
-// reach the running k-th best early in a scan. Then one scan in position order vector-compares each chunk
-// with the k-th best so far and inserts the few scores that reach it into a list kept sorted in W vector
-// registers, without branches. As positions ascend, an equal score never displaces a kept one, so ties
-// keep the lower position.
-template <int W>
-int64_t select_list(const v8f* scores, int64_t chunks, int64_t k, float* best_out, int32_t* at_out) {
-  const v8i lane = {0, 1, 2, 3, 4, 5, 6, 7};
-  v8f maxima[W];
-  for (int w = 0; w < W; ++w) maxima[w] = v8f{} - kInf;
-  int64_t c = 0;
-  for (; c + W <= chunks; c += W) {
-    for (int w = 0; w < W; ++w) maxima[w] = select(scores[c + w] > maxima[w], scores[c + w], maxima[w]);
+// Selection of the best min(k, size) scores of a row by (score desc, position asc). The row is `chunks`
+// vectors, a multiple of 8, NaN past its end; NaN scores are never selected (as in the fused search), so a
+// graph with NaN inputs selects fewer. Results are written best first; the functions return how many.
+//
+// First a lower bound on the k-th best score: the maxima of the 8 * C classes of positions p mod 8 * C
+// (8 * C >= k) are distinct scores, so the k-th largest maximum is reached by at least k scores, and with
+// twice as many classes as k needs, few more than k reach it (about 5.7 for k = 5 on random scores).
+template <int C>
+float class_bound(const v8f* scores, int64_t chunks, int64_t k) {
+  v8f maxima[C];
+  for (int c = 0; c < C; ++c) maxima[c] = v8f{} - kInf;
+  int64_t c0 = 0;
+  for (; c0 + C <= chunks; c0 += C) {
+    for (int c = 0; c < C; ++c) maxima[c] = vmax(scores[c0 + c], maxima[c]);
   }
-  for (int w = 0; c + w < chunks; ++w) maxima[w] = select(scores[c + w] > maxima[w], scores[c + w], maxima[w]);
-  // reach[w] lane l: how many maxima are >= maxima[w][l]; the bound is the largest maximum reached k times.
-  v8i reach[W] = {};
-  for (int u = 0; u < W; ++u) {
+  for (int c = 0; c0 + c < chunks; ++c) maxima[c] = vmax(scores[c0 + c], maxima[c]);
+  // reach[c] lane l: how many maxima are >= maxima[c][l]; the bound is the largest maximum reached k times.
+  v8i reach[C] = {};
+  for (int u = 0; u < C; ++u) {
     for (int l = 0; l < 8; ++l) {
       const v8f t = v8f{} + maxima[u][l];
-      for (int w = 0; w < W; ++w) reach[w] -= t >= maxima[w];
+      for (int c = 0; c < C; ++c) reach[c] -= t >= maxima[c];
     }
   }
   v8f bound = v8f{} - kInf;
-  for (int w = 0; w < W; ++w) {
-    bound = select((reach[w] >= static_cast<int>(k)) & (maxima[w] > bound), maxima[w], bound);
+  for (int c = 0; c < C; ++c) {
+    bound = select((reach[c] >= static_cast<int>(k)) & (maxima[c] > bound), maxima[c], bound);
   }
-  float threshold = hmax(bound);
+  return hmax(bound);
+}
+
+// The positions of the scores >= threshold, 64 at a time: a bit mask per group of 8 vectors.
+inline uint64_t reaching(const v8f* scores, float threshold) {
+  uint64_t bits = 0;
+  for (int u = 0; u < 8; ++u) bits |= static_cast<uint64_t>(lane_bits(scores[u] >= threshold)) << (8 * u);
+  return bits;
+}
+
+// Every score >= threshold gathered in position order (at most 16 * W of them, else -1 is returned), then
+// ranked all at once: a candidate's rank is the number of candidates with a higher score, or an equal
+// one at a lower position. No branch depends on the scores but the loop over candidates.
+template <int W>
+int64_t select_ranked(const v8f* scores, int64_t chunks, int64_t k, float threshold, float* best_out,
+                      int32_t* at_out) {
+  constexpr int M = 2 * W, kMost = 8 * M;
+  const float* row = reinterpret_cast<const float*>(scores);
+  float candidate[kMost] = {};
+  int32_t candidate_at[kMost] = {};
+  int64_t found = 0;
+  for (int64_t c = 0; c < chunks; c += 8) {
+    for (uint64_t bits = reaching(scores + c, threshold); bits != 0; bits &= bits - 1) {
+      const int64_t at = c * 8 + __builtin_ctzll(bits);
+      const int64_t slot = std::min<int64_t>(found, kMost - 1);
+      candidate[slot] = row[at];
+      candidate_at[slot] = static_cast<int32_t>(at);
+      ++found;
+    }
+  }
+  if (found > kMost) return -1;
+  const v8i lane = {0, 1, 2, 3, 4, 5, 6, 7};
+  v8f value[M];
+  v8i rank[M] = {};
+  for (int u = 0; u < M; ++u) {
+    value[u] = select(lane + 8 * u < static_cast<int>(found), load(candidate + 8 * u), v8f{});
+  }
+  for (int64_t j = 0; j < found; ++j) {
+    const v8f v = v8f{} + candidate[j];
+    for (int u = 0; u < M; ++u) rank[u] -= (v > value[u]) | ((v == value[u]) & (static_cast<int>(j) < lane + 8 * u));
+  }
+  // Ranks past k go to slot k, which nothing reads.
+  for (int64_t i = 0; i < found; ++i) {
+    const int64_t slot = std::min<int64_t>(rank[i / 8][i % 8], k);
+    best_out[slot] = candidate[i];
+    at_out[slot] = candidate_at[i];
+  }
+  return std::min(found, k);
+}
+
+// One scan in position order that vector-compares 64 scores at a time with the k-th best so far (at
+// least `threshold`) and inserts the few that reach it into a list kept sorted in W vector registers,
+// without branches. As positions ascend, an equal score never displaces a kept one, so ties keep the
+// lower position.
+template <int W>
+int64_t select_inserted(const v8f* scores, int64_t chunks, int64_t k, float threshold, float* best_out,
+                        int32_t* at_out) {
+  const v8i lane = {0, 1, 2, 3, 4, 5, 6, 7};
+  const float* row = reinterpret_cast<const float*>(scores);
+  // Lanes from `count` on hold -inf, so lane k - 1 is the k-th best once k are kept and -inf before.
   v8f best[W];
-  v8i at[W];
+  v8i best_at[W];
   for (int w = 0; w < W; ++w) {
     best[w] = v8f{} - kInf;
-    at[w] = v8i{} - 1;
+    best_at[w] = v8i{} - 1;
   }
   int64_t count = 0;
-  // The chunks holding a score that reaches the bound, 64 at a time, then their lanes: the few hits are
-  // found without a data-dependent branch per chunk.
-  for (int64_t c0 = 0; c0 < chunks; c0 += 64) {
-    const int64_t c1 = std::min(chunks, c0 + 64);
-    uint8_t lanes[64];
-    uint64_t hit_chunks = 0;
-    for (c = c0; c < c1; ++c) {
-      lanes[c - c0] = static_cast<uint8_t>(lane_bits(scores[c] >= threshold));
-      hit_chunks |= static_cast<uint64_t>(lanes[c - c0] != 0) << (c - c0);
-    }
-    while (hit_chunks != 0) {
-      c = c0 + __builtin_ctzll(hit_chunks);
-      hit_chunks &= hit_chunks - 1;
-      for (unsigned bits = lanes[c - c0]; bits != 0; bits &= bits - 1) {
-        const int hit = __builtin_ctz(bits);
-        const float v = scores[c][hit];
-        if (count == k && !(v > threshold)) continue;
-        // Entries that stay: the first `count` lanes holding a score >= v (a prefix); v goes after them
-        // and the rest moves up one lane.
-        const v8f vv = v8f{} + v;
-        const v8i position = v8i{} + static_cast<int>(c * 8 + hit);
-        v8i stay[W];
-        for (int w = 0; w < W; ++w) stay[w] = (lane + 8 * w < static_cast<int>(count)) & (best[w] >= vv);
-        v8f moved_best[W];
-        v8i moved_at[W], stay_before[W];
-        for (int w = 0; w < W; ++w) {
-          moved_best[w] = shift_in(w == 0 ? vv : best[w - 1], best[w]);
-          moved_at[w] = shift_in(w == 0 ? position : at[w - 1], at[w]);
-          stay_before[w] = shift_in(w == 0 ? v8i{} - 1 : stay[w - 1], stay[w]);
-        }
-        for (int w = 0; w < W; ++w) {
-          best[w] = select(stay[w], best[w], select(stay_before[w], vv, moved_best[w]));
-          at[w] = select(stay[w], at[w], select(stay_before[w], position, moved_at[w]));
-        }
-        count += count < k;
-        // Once k are kept the k-th best only rises (it is at least the bound), so a max updates it.
-        threshold = std::max(threshold, count == k ? best[(k - 1) / 8][(k - 1) % 8] : -kInf);
+  for (int64_t c = 0; c < chunks; c += 8) {
+    for (uint64_t bits = reaching(scores + c, threshold); bits != 0; bits &= bits - 1) {
+      const int64_t at = c * 8 + __builtin_ctzll(bits);
+      const float v = row[at];
+      if (count == k && !(v > threshold)) continue;
+      // Entries that stay: the first `count` lanes holding a score >= v (a prefix); v goes after them and
+      // the rest moves up one lane.
+      const v8f vv = v8f{} + v;
+      const v8i position = v8i{} + static_cast<int>(at);
+      v8i stay[W];
+      for (int w = 0; w < W; ++w) stay[w] = (lane + 8 * w < static_cast<int>(count)) & (best[w] >= vv);
+      v8f moved_best[W];
+      v8i moved_at[W], stay_before[W];
+      for (int w = 0; w < W; ++w) {
+        moved_best[w] = shift_in(w == 0 ? vv : best[w - 1], best[w]);
+        moved_at[w] = shift_in(w == 0 ? position : best_at[w - 1], best_at[w]);
+        stay_before[w] = shift_in(w == 0 ? v8i{} - 1 : stay[w - 1], stay[w]);
       }
+      for (int w = 0; w < W; ++w) {
+        best[w] = select(stay[w], best[w], select(stay_before[w], vv, moved_best[w]));
+        best_at[w] = select(stay[w], best_at[w], select(stay_before[w], position, moved_at[w]));
+      }
+      count += count < k;
+      threshold = std::max(threshold, best[(k - 1) / 8][(k - 1) % 8]);
     }
   }
   for (int64_t j = 0; j < count; ++j) {
     best_out[j] = best[j / 8][j % 8];
-    at_out[j] = at[j / 8][j % 8];
+    at_out[j] = best_at[j / 8][j % 8];
   }
   return count;
+}
+
+// k <= 8 * W. Up to k = 16 the bound uses twice the classes and the candidates are ranked (the insertion
+// takes over where unusually many reach the bound); beyond, the bound's cost grows with the square of
+// its classes, so it uses k's own and the list is filled by insertion.
+template <int W>
+int64_t select_list(const v8f* scores, int64_t chunks, int64_t k, float* best_out, int32_t* at_out) {
+  if constexpr (W <= 2) {
+    const float threshold = class_bound<2 * W>(scores, chunks, k);
+    const int64_t count = select_ranked<W>(scores, chunks, k, threshold, best_out, at_out);
+    return count >= 0 ? count : select_inserted<W>(scores, chunks, k, threshold, best_out, at_out);
+  } else {
+    return select_inserted<W>(scores, chunks, k, class_bound<W>(scores, chunks, k), best_out, at_out);
+  }
 }
 
 // Large k: the non-NaN positions, the k best of them chosen (a strict weak order: no NaN left) and sorted.
@@ -336,7 +385,7 @@ int64_t select_sort(const float* scores, int64_t size, int64_t k, float* best, i
 }
 
 // Per-thread buffers of the forward, grown to the largest graph a thread meets. best, best_at and weight
-// hold k rounded up to whole vectors.
+// hold k rounded up to whole vectors, and one more slot.
 struct ForwardScratch {
   std::vector<v8f> packed, scores;
   std::vector<float> values, best, weight, zero_row;
@@ -344,8 +393,8 @@ struct ForwardScratch {
   std::vector<const float*> rows;
 };
 
-// Up to k = 32 a query's best keys are a sorted list in up to 4 vector registers, filled by one scan of
-// its scores; beyond, the list's vector shifts cost more than a selection (nth_element) and a sort.
+// Up to k = 32 the vector selections above; beyond, a list in registers costs more than a selection
+// (nth_element) and a sort of the winners.
 int64_t select(float* scores, int64_t chunks, int64_t k, ForwardScratch& w) {
   const v8f* row = reinterpret_cast<const v8f*>(scores);
   switch ((k + 7) / 8) {
@@ -378,7 +427,7 @@ void finish_query(const Forward& f, int64_t row, int64_t head, int64_t start, in
     const v8f logit = select(lane + static_cast<int>(8 * c) < static_cast<int>(count),
                              f.scale * load(w.best.data() + 8 * c), v8f{} - kInf);
     store(w.weight.data() + 8 * c, logit);
-    top = select(logit > top, logit, top);
+    top = vmax(logit, top);
   }
   const float largest = hmax(top);
   v8f total = {};
@@ -406,9 +455,11 @@ void finish_query(const Forward& f, int64_t row, int64_t head, int64_t start, in
 
 void forward_task(const Forward& f, int64_t head, int64_t start, int64_t size, ForwardScratch& w) {
   const Shape& s = f.s;
-  const int64_t panels = (size + kLanes - 1) / kLanes, slots = (s.k + 7) / 8 * 8;
+  const int64_t panels = (size + kLanes - 1) / kLanes, slots = (s.k + 7) / 8 * 8 + 1;
   w.packed.resize(panels * s.dim * 2);
-  w.scores.resize(kRows * panels * 2);
+  // Score rows of whole groups of 8 vectors (NaN past the graph), for the selection's scan.
+  const int64_t chunks = (panels * 2 + 7) / 8 * 8;
+  w.scores.resize(kRows * chunks);
   w.values.resize(size * s.dim_v);
   w.best.resize(slots);
   w.best_at.resize(slots);
@@ -418,8 +469,7 @@ void forward_task(const Forward& f, int64_t head, int64_t start, int64_t size, F
   pack_keys(f.key, s, head, start, size, w.packed.data());
   gather_rows(f.value, s.heads, s.dim_v, head, start, size, s.dim_v, w.values.data());
   v8f* rows_out[kRows];
-  for (int r = 0; r < kRows; ++r) rows_out[r] = w.scores.data() + r * panels * 2;
-  const int64_t chunks = (size + 7) / 8;
+  for (int r = 0; r < kRows; ++r) rows_out[r] = w.scores.data() + r * chunks;
   for (int64_t first = 0; first < size; first += kRows) {
     const int64_t block = std::min<int64_t>(kRows, size - first);
     const float* q[kRows];
@@ -445,21 +495,30 @@ struct Backward {
 };
 
 // Per-thread buffers of the backward: one head's rows of the graph's queries, keys, values, output
-// gradients and key and value gradients, each row zero-padded to whole vectors (the rows' own loops then
-// have no tails, and a row updated again is read back exactly as it was stored); grad_logit and rows
-// hold k.
+// gradients and the gradients of all three, each row zero-padded to whole vectors, so that the rows'
+// loops have no tails and an update reloads exactly the vectors it stored (a load that only partly
+// overlaps a recent store stalls); grad_logit and rows hold k.
 struct BackwardScratch {
-  std::vector<float> query, key, value, grad_out, grad_key, grad_value, grad_logit;
+  std::vector<float> query, key, value, grad_out, grad_query, grad_key, grad_value, grad_logit;
   std::vector<const float*> rows;
 };
 
+// V, VV: vectors per padded row of dim and dim_v where fixed at compile time (their loops unroll), 0 where
+// taken from the shape.
+template <int V, int VV>
 void backward_task(const Backward& b, int64_t head, int64_t start, int64_t size, BackwardScratch& w) {
   const Shape& s = b.s;
-  const int64_t dim = padded(s.dim), dim_v = padded(s.dim_v);
-  // Zeroed once per size: gathers never write the padding, and updates add zero rows there.
-  for (auto [buffer, width] : {std::pair{&w.query, dim}, {&w.key, dim}, {&w.value, dim_v}, {&w.grad_out, dim_v}}) {
-    if (static_cast<int64_t>(buffer->size()) < size * width) buffer->resize(size * width, 0.0f);
-  }
+  const int64_t vd = V ? V : padded(s.dim) / 8, vdv = VV ? VV : padded(s.dim_v) / 8;
+  const int64_t dim = 8 * vd, dim_v = 8 * vdv;
+  // Zeroed when grown: gathers never write the padding, and updates add zero rows there.
+  const auto grow = [size](std::vector<float>& buffer, int64_t width) {
+    if (static_cast<int64_t>(buffer.size()) < size * width) buffer.resize(size * width, 0.0f);
+  };
+  grow(w.query, dim);
+  grow(w.key, dim);
+  grow(w.value, dim_v);
+  grow(w.grad_out, dim_v);
+  w.grad_query.resize(size * dim);
   w.grad_logit.resize(s.k);
   w.rows.resize(s.k);
   gather_rows(b.query, s.heads, s.dim, head, start, size, dim, w.query.data());
@@ -480,26 +539,39 @@ void backward_task(const Backward& b, int64_t head, int64_t start, int64_t size,
       // grad_weight_j = grad_out · v_j; grad_logit_j = w_j (grad_weight_j - Σ w grad_weight) · scale.
       float mean = 0.0f;
       for (int64_t j = 0; j < count; ++j) {
-        grad_logit[j] = dot_padded(grad_out, w.value.data() + (index[j] - start) * dim_v, dim_v);
+        grad_logit[j] = dot_padded(grad_out, w.value.data() + (index[j] - start) * dim_v, vdv);
         mean += weight[j] * grad_logit[j];
       }
       for (int64_t j = 0; j < count; ++j) grad_logit[j] = weight[j] * (grad_logit[j] - mean) * b.scale;
     }
     if (b.grad_query) {
       for (int64_t j = 0; j < count; ++j) w.rows[j] = w.key.data() + (index[j] - start) * dim;
-      weighted_rows(w.rows.data(), grad_logit, count, s.dim, b.grad_query + ((start + i) * s.heads + head) * s.dim);
+      weighted_padded(w.rows.data(), grad_logit, count, vd, w.grad_query.data() + i * dim);
     }
     if (b.grad_key) {
       const float* q = w.query.data() + i * dim;
-      for (int64_t j = 0; j < count; ++j) axpy_padded(grad_logit[j], q, dim, w.grad_key.data() + (index[j] - start) * dim);
+      for (int64_t j = 0; j < count; ++j)
+        axpy_padded(grad_logit[j], q, vd, w.grad_key.data() + (index[j] - start) * dim);
     }
     if (b.grad_value) {
       for (int64_t j = 0; j < count; ++j)
-        axpy_padded(weight[j], grad_out, dim_v, w.grad_value.data() + (index[j] - start) * dim_v);
+        axpy_padded(weight[j], grad_out, vdv, w.grad_value.data() + (index[j] - start) * dim_v);
     }
   }
+  if (b.grad_query) scatter_rows(w.grad_query.data(), dim, s.heads, s.dim, head, start, size, b.grad_query);
   if (b.grad_key) scatter_rows(w.grad_key.data(), dim, s.heads, s.dim, head, start, size, b.grad_key);
   if (b.grad_value) scatter_rows(w.grad_value.data(), dim_v, s.heads, s.dim_v, head, start, size, b.grad_value);
+}
+
+using BackwardTask = void (*)(const Backward&, int64_t, int64_t, int64_t, BackwardScratch&);
+
+// Rows of up to 4 vectors, with d == d_v, get loops of a fixed length.
+BackwardTask backward_kernel(const Shape& s) {
+  const int64_t vectors = padded(s.dim) / 8;
+  if (padded(s.dim_v) != padded(s.dim) || vectors > 4) return backward_task<0, 0>;
+  constexpr BackwardTask fixed[] = {backward_task<1, 1>, backward_task<2, 2>, backward_task<3, 3>,
+                                    backward_task<4, 4>};
+  return fixed[vectors - 1];
 }
 
 // 0 where ptr holds CSR offsets of num_nodes rows (starts at 0, non-decreasing, ends at num_nodes).
@@ -565,9 +637,10 @@ int kmip_attention_backward(const float* query, const float* key, const float* v
   if (check_ptr(ptr, num_graphs, num_nodes) != 0) return kBadPtr;
   const Backward b{query, key, value, grad_out, index, weight, Shape{heads, dim, dim_v, k}, scale,
                    grad_query, grad_key, grad_value};
+  const BackwardTask task = backward_kernel(b.s);
   return for_each_graph_head<BackwardScratch>(
       num_graphs, heads, ptr, num_threads,
-      [&b](int64_t head, int64_t start, int64_t size, BackwardScratch& w) { backward_task(b, head, start, size, w); });
+      [&b, task](int64_t head, int64_t start, int64_t size, BackwardScratch& w) { task(b, head, start, size, w); });
 }
 
 }  // extern "C"
