@@ -4,10 +4,7 @@ Why a C++ kernel and why built this way (see docs/search.md): the blockwise ``ma
 spends most of its time writing a score tile to memory and reading it back for ``topk``. The kernel
 (``csrc/fused_topk.cpp``) keeps a 6×16 score block in SIMD registers, compares it with each query's
 current k-th best score and only inserts the rare winners, so its cost is the multiply-adds alone.
-It is plain C++ with a C ABI and no torch headers: built with the system compiler
-(``-O3 -march=native -fopenmp``) in a few seconds into a per-user cache, loaded with :mod:`ctypes`,
-and handed tensor pointers. That needs no ninja, no torch headers and no Python-version-specific
-build, unlike ``torch.utils.cpp_extension``.
+It is plain C++ with a C ABI and no torch headers, built and loaded by :mod:`kmipgt.ops.cpp_build`.
 numba has no explicit SIMD vector type, so the register blocking would be left to its auto-vectorizer;
 GCC vector extensions state it directly and still compile for any target. Where no compiler works,
 :func:`fused_library` warns once and returns ``None``; ``fused`` and ``auto`` then use the blockwise
@@ -18,19 +15,13 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
-import os
-import platform
-import shutil
-import subprocess
-import tempfile
-import warnings
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
 from kmipgt.cache_dir import cache_dir
+from kmipgt.ops.cpp_build import CPP_FLAGS, compiled_library, find_compiler
 
 __all__ = [
     "FUSED_DTYPES",
@@ -41,7 +32,9 @@ __all__ = [
 ]
 
 _SOURCE = Path(__file__).with_name("csrc") / "fused_topk.cpp"
-_FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
+# Module attributes rather than direct uses, so that the tests can take the compiler away or break the build.
+_FLAGS = CPP_FLAGS
+_compiler = find_compiler
 # Inputs searched exactly in float32: half types are upcast without rounding; float64 is not
 # (a float32 search would not be exact for it), so it stays on the blockwise torch search.
 FUSED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -49,63 +42,18 @@ FUSED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _QUERY_BLOCK = 96
 
 
-def _cpu_signature() -> str:
-    # -march=native code must not be reused on another CPU that shares the cache (e.g. NFS home).
-    try:
-        flags = [line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")]
-        return flags[0] if flags else platform.processor()
-    except OSError:
-        return platform.processor()
-
-
-def _compiler() -> str | None:
-    for name in (os.environ.get("CXX"), "c++", "g++", "clang++"):
-        if name and shutil.which(name):
-            return name
-    return None
-
-
-def _build(compiler: str, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Build to a private name and rename: concurrent first uses never load a half-written library.
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        partial = Path(tmp) / target.name
-        result = subprocess.run(
-            [compiler, *_FLAGS, str(_SOURCE), "-o", str(partial)], capture_output=True, text=True, check=False
-        )
-        if result.returncode != 0:
-            raise RuntimeError(f"{compiler} failed:\n{result.stderr.strip()[-2000:]}")
-        os.replace(partial, target)
-
-
 @functools.lru_cache(maxsize=1)
 def fused_library() -> ctypes.CDLL | None:
     """The compiled fused-search library, built on first use; ``None`` (with a warning) where impossible."""
-    compiler = _compiler()
-    if compiler is None:
-        warnings.warn(
-            "kmipgt: no C++ compiler found (set $CXX), so the fused CPU search is unavailable; "
-            "using the slower blockwise torch search",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-        return None
-    digest = hashlib.sha256(
-        b"\0".join(
-            [_SOURCE.read_bytes(), " ".join(_FLAGS).encode(), compiler.encode(), _cpu_signature().encode()]
-        )
-    ).hexdigest()[:16]
-    target = cache_dir() / f"fused_topk-{digest}.so"
-    try:
-        if not target.exists():
-            _build(compiler, target)
-        library = ctypes.CDLL(str(target))
-    except (OSError, RuntimeError) as error:
-        warnings.warn(
-            f"kmipgt: could not build the fused CPU search ({error}); using the slower blockwise search",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+    library = compiled_library(
+        _SOURCE,
+        compiler=_compiler(),
+        flags=_FLAGS,
+        directory=cache_dir(),
+        purpose="the fused CPU search",
+        fallback="using the slower blockwise torch search",
+    )
+    if library is None:
         return None
     pointer, size = ctypes.c_void_p, ctypes.c_int64
     library.kmip_topk_search.argtypes = [
