@@ -668,6 +668,40 @@ def _add_bench_step(bench: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=_bench_step, config_allocator=True)
 
 
+def _bench_ragged(args: argparse.Namespace) -> int:
+    from dataclasses import fields
+
+    from kmipgt.bench.ragged import RaggedBenchConfig, markdown_table, run_ragged_benchmark
+
+    config = RaggedBenchConfig(**{f.name: getattr(args, f.name) for f in fields(RaggedBenchConfig)})
+    result = run_ragged_benchmark(config, args.out)
+    batch = result["batch"]
+    print(f"{config.graphs} graphs, {batch['nodes']:,} nodes (largest {batch['largest_graph']}) on "
+          f"{config.device}, {config.threads} thread(s); median of {config.repeats} interleaved rounds")
+    print(markdown_table(result))
+    print(f"wrote {args.out / 'ragged.json'} and {args.out / 'ragged.png'}")
+    return 0
+
+
+def _add_bench_ragged(bench: argparse._SubParsersAction) -> None:
+    from dataclasses import fields
+
+    from kmipgt.bench.ragged import RaggedBenchConfig
+
+    parser = bench.add_parser(
+        "ragged", help="k-MIP and full attention on a batch of small graphs vs one padded SDPA call"
+    )
+    # One flag per field of the config, with its type and default.
+    for field in fields(RaggedBenchConfig):
+        default = field.default
+        parser.add_argument(f"--{field.name.replace('_', '-')}", dest=field.name, type=type(default),
+                            default=default, help=f"(default: {default})")
+    parser.add_argument(
+        "--out", type=Path, default=Path("bench-out/ragged"), help="folder of ragged.json and ragged.png"
+    )
+    parser.set_defaults(handler=_bench_ragged)
+
+
 def _layer_or_all(text: str) -> int | None:
     return None if text == "all" else int(text)
 
@@ -957,6 +991,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench_memory(bench)
     _add_bench_train(bench)
     _add_bench_step(bench)
+    _add_bench_ragged(bench)
     _add_data(commands)
     _add_train_eval(commands)
     _add_sweep(commands)

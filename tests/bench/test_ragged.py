@@ -28,3 +28,14 @@ def test_every_method_and_pass_is_timed_against_the_padded_sdpa_call(tmp_path):
 def test_a_batch_whose_sizes_are_upside_down_is_refused():
     with pytest.raises(ValueError, match="`max_nodes` \\(3\\) must be >= `min_nodes` \\(5\\)"):
         RaggedBenchConfig(min_nodes=5, max_nodes=3)
+
+
+def test_the_command_line_takes_one_flag_per_config_field(tmp_path, capsys):
+    from kmipgt.cli import main
+
+    argv = ["bench", "ragged", "--graphs", "3", "--min-nodes", "2", "--max-nodes", "5", "--k", "2",
+            "--repeats", "1", "--warmup", "0", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    written = json.loads((tmp_path / "ragged.json").read_text())
+    assert written["config"]["graphs"] == 3 and written["config"]["k"] == 2
+    assert "| kmip | forward |" in capsys.readouterr().out

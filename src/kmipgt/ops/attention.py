@@ -14,6 +14,7 @@ from kmipgt.ops.search.blockwise import MIN_BLOCK_NODES
 from kmipgt.ops.search.checks import check_query_key, require_finite
 from kmipgt.ops.search.dispatch import Backend, search_layout, topk_inner_product
 from kmipgt.ops.search.ivf_common import ProbeCalibration
+from kmipgt.ops.small_graphs import fused_small_graph_attention
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -201,6 +202,9 @@ def kmip_attention(
         dropout_p: dropout probability on the attention weights (pass 0 in evaluation).
         backend: key-search backend of :func:`kmipgt.ops.topk_inner_product` (approximate with
             ``"ivf"``/``"faiss"``: the selection may miss some of the true top-k; gradients as for exact).
+            With ``"auto"``, no dropout and queries that are the keys, a batch of small graphs runs one
+            fused kernel for search, softmax and sum (:mod:`kmipgt.ops.small_graphs`), with the same
+            selection.
         nlist, nprobe: inverted-file options of the approximate backends.
         recall, calibration: ``"ivf"`` with probing calibrated per call to a recall@k target, and the
             record of what it chose and reached, as in :func:`kmipgt.ops.topk_inner_product`.
@@ -232,9 +236,15 @@ def kmip_attention(
         return (out, _empty_selection(query)) if return_selection else out
     # Slots beyond the largest key graph would only ever hold padding.
     k = min(k, int((ptr if key_ptr is None else key_ptr).diff().max()))
+    scale = query.shape[-1] ** -0.5 if scale is None else float(scale)
+    if backend == "auto" and key_ptr is None and dropout_p == 0:
+        layout = RaggedLayout(ptr, query.device) if layout is None else layout
+        fused = fused_small_graph_attention(query, key, value, k, layout, scale)
+        if fused is not None:
+            out, index, scores, weights = fused
+            return (out, AttentionSelection(index, scores, weights)) if return_selection else out
     with torch.no_grad():
         scores, index = topk_inner_product(query.detach(), key.detach(), k, **search, check_finite=False)
-    scale = query.shape[-1] ** -0.5 if scale is None else float(scale)
     pad_row = _padding_rows(ptr, key_ptr, query.shape[0], key.shape[0], query.device)
     out, weights = _SelectedSoftmaxAttention.apply(query, key, value, index, pad_row, scale, float(dropout_p))
     return (out, AttentionSelection(index, scores, weights)) if return_selection else out
