@@ -284,10 +284,12 @@ int64_t select_ranked(const v8f* scores, int64_t chunks, int64_t k, float thresh
   }
   if (found > kMost) return -1;
   const v8i lane = {0, 1, 2, 3, 4, 5, 6, 7};
+  // Lane by lane, as the candidates were just stored one by one (see finish_query). Lanes past `found`
+  // get ranks too, which nothing reads.
   v8f value[M];
   v8i rank[M] = {};
   for (int u = 0; u < M; ++u) {
-    value[u] = select(lane + 8 * u < static_cast<int>(found), load(candidate + 8 * u), v8f{});
+    for (int l = 0; l < 8; ++l) value[u][l] = candidate[8 * u + l];
   }
   for (int64_t j = 0; j < found; ++j) {
     const v8f v = v8f{} + candidate[j];
@@ -426,8 +428,8 @@ void finish_query(const Forward& f, int64_t row, int64_t head, int64_t start, in
   const int64_t vectors = (s.k + 7) / 8;
   v8f top = v8f{} - kInf;
   for (int64_t c = 0; c < vectors; ++c) {
-    // Lane by lane: the selection has just stored these floats one by one, and a vector load of several
-    // recent stores would wait for them to reach the cache.
+    // Lane by lane: the selection has just stored these floats one by one, and a vector load spanning
+    // several recent stores waits for them to reach the cache.
     v8f best;
     for (int l = 0; l < 8; ++l) best[l] = w.best[8 * c + l];
     const v8f logit = select(lane + static_cast<int>(8 * c) < static_cast<int>(count), f.scale * best,
