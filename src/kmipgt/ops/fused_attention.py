@@ -5,8 +5,8 @@ gathers of :func:`kmipgt.ops.kmip_attention` each cost a pass over memory, and t
 ``csrc/kmip_attention.cpp`` (built by :mod:`kmipgt.ops.cpp_build`) does all of it per (graph, head) while
 the graph's keys sit in cache: scores, top-k, softmax and weighted sum of the values forward; the
 gradients from the saved selection backward. Its selection is bit for bit that of the ``fused`` search.
-A large graph is one task per head, so it neither fills many threads nor keeps its keys in cache: for
-those the search-then-gather path stays faster.
+A large graph is one task per head, so it fills at most H threads and its keys no longer stay in cache:
+above some thousands of nodes the search-then-gather path is the faster one.
 """
 
 from __future__ import annotations
@@ -26,8 +26,6 @@ __all__ = ["fused_attention_available", "fused_kmip_attention"]
 _SOURCE = Path(__file__).with_name("csrc") / "kmip_attention.cpp"
 # Computed in float32: half types are upcast without rounding; float64 would lose precision (refused).
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-_ERRORS = {1: "`ptr` must hold CSR offsets of the N rows (start at 0, non-decreasing, end at N)",
-           2: "the fused k-MIP attention could not allocate its working memory"}
 
 
 @functools.lru_cache(maxsize=1)
@@ -76,10 +74,11 @@ def _float32(tensor: Tensor) -> Tensor:
 
 
 def _raise_on(status: int) -> None:
+    """The kernels' status: 0 done, 1 ``ptr`` refused, 2 out of memory."""
     if status == 1:
-        raise ValueError(_ERRORS[1])
-    if status != 0:
-        raise MemoryError(_ERRORS[status])
+        raise ValueError("`ptr` must hold CSR offsets of the N rows (start at 0, non-decreasing, end at N)")
+    if status == 2:
+        raise MemoryError("the fused k-MIP attention could not allocate its working memory")
 
 
 def _pointer(tensor: Tensor | None) -> int | None:

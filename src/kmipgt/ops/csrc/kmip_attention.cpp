@@ -197,8 +197,10 @@ void pack_keys(const float* key, const Shape& s, int64_t head, int64_t start, in
   }
 }
 
-// Scores of 6 query rows against every panel, into 6 score rows of panels * 16 floats.
-void score_block(const float* const* q, const v8f* packed, int64_t panels, int64_t dim, v8f* const* out) {
+// Scores of 6 query rows against every panel, into 6 score rows of panels * 16 floats. Not inlined: on
+// its own it keeps the 6 row pointers in general registers (inlined into the task, GCC moved them
+// through vector registers on every step of the loop).
+__attribute__((noinline)) void score_block(const float* const* q, const v8f* packed, int64_t panels, int64_t dim, v8f* const* out) {
   const float *q0 = q[0], *q1 = q[1], *q2 = q[2], *q3 = q[3], *q4 = q[4], *q5 = q[5];
   for (int64_t panel = 0; panel < panels; ++panel) {
     const v8f* keys = packed + panel * dim * 2;
@@ -282,10 +284,12 @@ int64_t select_ranked(const v8f* scores, int64_t chunks, int64_t k, float thresh
   }
   if (found > kMost) return -1;
   const v8i lane = {0, 1, 2, 3, 4, 5, 6, 7};
+  // Lane by lane, as the candidates were just stored one by one (see finish_query). Lanes past `found`
+  // get ranks too, which nothing reads.
   v8f value[M];
   v8i rank[M] = {};
   for (int u = 0; u < M; ++u) {
-    value[u] = select(lane + 8 * u < static_cast<int>(found), load(candidate + 8 * u), v8f{});
+    for (int l = 0; l < 8; ++l) value[u][l] = candidate[8 * u + l];
   }
   for (int64_t j = 0; j < found; ++j) {
     const v8f v = v8f{} + candidate[j];
@@ -424,8 +428,12 @@ void finish_query(const Forward& f, int64_t row, int64_t head, int64_t start, in
   const int64_t vectors = (s.k + 7) / 8;
   v8f top = v8f{} - kInf;
   for (int64_t c = 0; c < vectors; ++c) {
-    const v8f logit = select(lane + static_cast<int>(8 * c) < static_cast<int>(count),
-                             f.scale * load(w.best.data() + 8 * c), v8f{} - kInf);
+    // Lane by lane: the selection has just stored these floats one by one, and a vector load spanning
+    // several recent stores waits for them to reach the cache.
+    v8f best;
+    for (int l = 0; l < 8; ++l) best[l] = w.best[8 * c + l];
+    const v8f logit = select(lane + static_cast<int>(8 * c) < static_cast<int>(count), f.scale * best,
+                             v8f{} - kInf);
     store(w.weight.data() + 8 * c, logit);
     top = vmax(logit, top);
   }
