@@ -80,3 +80,14 @@ def test_the_fused_cuda_path_equals_search_then_softmax(dtype, monkeypatch):
     fused = _run(tensors, 4, layout=RaggedLayout(ptr, "cuda"))
     assert calls == ["cuda"]
     _assert_same(fused, _run(tensors, 4, ptr=ptr, backend="triton"))
+
+
+def test_large_graphs_are_fused_only_where_every_thread_has_a_graph_and_head(monkeypatch):
+    calls = _spy(monkeypatch)
+    ptr, tensors = _batch("cpu")  # 4 non-empty graphs x 3 heads: 15 (graph, head) tasks with empty ones
+    monkeypatch.setattr(small_graphs, "CPU_MAX_NODES", 30)
+    monkeypatch.setattr(small_graphs.torch, "get_num_threads", lambda: 16)
+    kmip_attention(*tensors, 4, ptr=ptr)
+    monkeypatch.setattr(small_graphs.torch, "get_num_threads", lambda: 15)
+    kmip_attention(*tensors, 4, ptr=ptr)
+    assert calls == [None, "cpu"]

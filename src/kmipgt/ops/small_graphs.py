@@ -19,15 +19,19 @@ from kmipgt.ops.ragged import RaggedLayout
 
 __all__ = ["CPU_MAX_NODES", "fused_small_graph_attention"]
 
-# Above this graph size the fused CPU kernel's per-query pass over every key of the graph (with a
-# selection over the whole row) costs more than the register-blocked search plus the gathers.
-CPU_MAX_NODES = 1024
+# The fused CPU kernel is one task per (graph, head): on one thread it beats the search plus the
+# gathers up to 16,384 nodes (docs/benchmarks.md), but a batch of few large graphs leaves threads idle
+# that the search's query blocks would use. Up to this size it is taken wherever every thread has a task.
+CPU_MAX_NODES = 4096
 
 
 def _cpu_kernel(query: Tensor, k: int, layout: RaggedLayout):
     from kmipgt.ops.fused_attention import fused_attention_available, fused_kmip_attention
 
-    if layout.max_nodes > CPU_MAX_NODES or query.dtype == torch.float64 or not fused_attention_available():
+    too_few_tasks = layout.num_graphs * query.shape[1] < torch.get_num_threads()
+    if layout.max_nodes > CPU_MAX_NODES or too_few_tasks or query.dtype == torch.float64:
+        return None
+    if not fused_attention_available():
         return None
     return lambda q, key, v, scale: fused_kmip_attention(q, key, v, k, layout.ptr, scale)
 
