@@ -91,3 +91,11 @@ def test_large_graphs_are_fused_only_where_every_thread_has_a_graph_and_head(mon
     monkeypatch.setattr(small_graphs.torch, "get_num_threads", lambda: 15)
     kmip_attention(*tensors, 4, ptr=ptr)
     assert calls == [None, "cpu"]
+
+
+def test_options_of_the_approximate_search_are_refused_with_auto_as_before():
+    ptr, tensors = _batch("cpu")
+    with pytest.raises(ValueError, match="`nlist`/`nprobe` only apply"):
+        kmip_attention(*tensors, 4, ptr=ptr, nprobe=2)
+    with pytest.raises(ValueError, match="applies to backend 'ivf' only"):
+        kmip_attention(*tensors, 4, ptr=ptr, recall=0.9)

@@ -237,7 +237,9 @@ def kmip_attention(
     # Slots beyond the largest key graph would only ever hold padding.
     k = min(k, int((ptr if key_ptr is None else key_ptr).diff().max()))
     scale = query.shape[-1] ** -0.5 if scale is None else float(scale)
-    if backend == "auto" and key_ptr is None and dropout_p == 0:
+    # Options of the approximate backends go to the search, which refuses them with "auto".
+    searched_only = (nlist, nprobe, recall) != (None, None, None)
+    if backend == "auto" and key_ptr is None and dropout_p == 0 and not searched_only:
         layout = RaggedLayout(ptr, query.device) if layout is None else layout
         fused = fused_small_graph_attention(query, key, value, k, layout, scale)
         if fused is not None:
