@@ -8,7 +8,7 @@ from kmipgt.data.city_networks import CityNetworks, load_city_network
 from kmipgt.data.helsinki import HELSINKI_FEATURES, helsinki
 from kmipgt.data.lrgb import lrgb_dataset, lrgb_splits
 from kmipgt.data.minnesota import MINNESOTA_FEATURES, minnesota
-from kmipgt.data.point_cloud import digits_knn, knn_graph_dataset
+from kmipgt.data.point_cloud import digits_knn, knn_graph, knn_graph_dataset
 from kmipgt.data.positional_encodings import LaplacianPE, RandomWalkSE
 from kmipgt.data.registry import DATASETS, Dataset, get_dataset, list_datasets, load_dataset
 from kmipgt.data.road_graph import add_city_labels, haversine_metres, road_network_data, symmetric_edges
@@ -33,6 +33,7 @@ __all__ = [
     "haversine_metres",
     "helsinki",
     "index_to_mask",
+    "knn_graph",
     "knn_graph_dataset",
     "list_datasets",
     "load_city_network",
