@@ -14,6 +14,7 @@ from kmipgt.data.registry import DATASETS, Dataset, get_dataset, list_datasets, 
 from kmipgt.data.road_graph import add_city_labels, haversine_metres, road_network_data, symmetric_edges
 from kmipgt.data.splits import index_to_mask, random_split_masks, redraw_split_masks
 from kmipgt.data.synthetic_city import SYNTHETIC_CITY_FEATURES, synthetic_city
+from kmipgt.data.synthetic_parts import SYNTHETIC_PART_CATEGORIES, synthetic_parts
 from kmipgt.data.virtual_node import add_virtual_node, virtual_node_mask
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "HELSINKI_FEATURES",
     "MINNESOTA_FEATURES",
     "SYNTHETIC_CITY_FEATURES",
+    "SYNTHETIC_PART_CATEGORIES",
     "CityNetworks",
     "Dataset",
     "LaplacianPE",
@@ -48,5 +50,6 @@ __all__ = [
     "road_network_data",
     "symmetric_edges",
     "synthetic_city",
+    "synthetic_parts",
     "virtual_node_mask",
 ]

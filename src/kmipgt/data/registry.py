@@ -2,7 +2,7 @@
 
 Each entry's loader takes the keyword options of a config's ``data.options`` and returns one graph (a PyG
 ``Data``, for node- and edge-level tasks) or ``{"train": [...], "val": [...], "test": [...]}`` graph lists
-(graph-level tasks).
+(graph-level tasks, and node-level segmentation sets whose graphs have a label per node).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from kmipgt.data.lrgb import LRGB_NAMES, lrgb_splits
 from kmipgt.data.minnesota import minnesota
 from kmipgt.data.point_cloud import digits_knn
 from kmipgt.data.synthetic_city import synthetic_city
+from kmipgt.data.synthetic_parts import synthetic_parts
 
 ONE_GRAPH = ("node", "edge")  # task levels served by a single graph
 
@@ -53,6 +54,8 @@ DATASETS: dict[str, Dataset] = {dataset.name: dataset for dataset in (
     Dataset("digits_knn", digits_knn, ONE_GRAPH, "kNN graph of scikit-learn's handwritten digits"),
     Dataset("lrgb", lrgb_splits, ("graph",),
             f"local LRGB copy at root; name: {', '.join(LRGB_NAMES.values())}"),
+    Dataset("synthetic_parts", synthetic_parts, ("node",),
+            "synthetic part segmentation: num_shapes shapes of 2,048 points from primitives"),
 )}
 
 
