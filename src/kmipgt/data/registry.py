@@ -17,6 +17,8 @@ from kmipgt.data.helsinki import helsinki
 from kmipgt.data.lrgb import LRGB_NAMES, lrgb_splits
 from kmipgt.data.minnesota import minnesota
 from kmipgt.data.point_cloud import digits_knn
+from kmipgt.data.s3dis import s3dis
+from kmipgt.data.shapenet_part import shapenet_part
 from kmipgt.data.synthetic_city import synthetic_city
 from kmipgt.data.synthetic_parts import synthetic_parts
 
@@ -56,6 +58,8 @@ DATASETS: dict[str, Dataset] = {dataset.name: dataset for dataset in (
             f"local LRGB copy at root; name: {', '.join(LRGB_NAMES.values())}"),
     Dataset("synthetic_parts", synthetic_parts, ("node",),
             "synthetic part segmentation: num_shapes shapes of 2,048 points from primitives"),
+    Dataset("shapenet_part", shapenet_part, ("node",), "local ShapeNet-Part copy at root ('normal' release)"),
+    Dataset("s3dis", s3dis, ("node",), "local S3DIS copy at root (PointNet's hdf5 blocks)", extra="s3dis"),
 )}
 
 
