@@ -55,7 +55,8 @@ class TaskConfig:
     non-edges, full batch, fresh negatives every epoch; use ``loss: bce``).
     ``loss``: ``cross_entropy``, ``bce`` (multi-label) or ``l1``. ``metric``:
     ``accuracy``, ``macro_f1``, ``miou`` (mean IoU over classes), ``ap``, ``roc_auc`` or ``mae``; the best
-    checkpoint is chosen on it.
+    checkpoint is chosen on it. ``report``: further metrics of the same names that ``metrics.json`` gives
+    for the best checkpoint on every split (e.g. ``[accuracy, miou]`` beside a ``macro_f1`` run).
     ``label_inputs`` (node-level classification): the training labels become inputs, one-hot columns
     plus a "label shown" column appended to the node features. Each training step shows the labels of
     this share of the training nodes, drawn afresh, and computes the loss on the others, so no node
@@ -65,6 +66,7 @@ class TaskConfig:
     level: str = "node"
     loss: str = "cross_entropy"
     metric: str = "accuracy"
+    report: list[str] = field(default_factory=list)
     label_inputs: float = 0.0
 
 
