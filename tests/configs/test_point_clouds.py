@@ -19,7 +19,7 @@ def _train(config: str, out, *overrides: str) -> dict:
     return json.loads((out / "metrics.json").read_text())
 
 
-@pytest.mark.parametrize("name", ["shapenet_part", "s3dis", "synthetic_parts"])
+@pytest.mark.parametrize("name", ["shapenet_part", "s3dis", "synthetic_parts", "synthetic_rooms"])
 def test_the_paper_settings(name):
     config = load_config(name, [])
     m, o = config.model, config.optim
@@ -27,9 +27,11 @@ def test_the_paper_settings(name):
                                                                                          {"qk_dim": 5})
     assert (m.norm, m.activation, m.dropout, m.attention) == ("batch", "relu", 0.1, "kmip")
     assert (o.lr, o.weight_decay, o.epochs) == (5e-4, 1e-4, 200) and config.task.level == "node"
-    k = {"s3dis": 32}.get(name, 8)
-    assert config.data.options["k"] == k
-    assert config.task.metric == ("miou" if name == "s3dis" else "macro_f1")
+    rooms = name in ("s3dis", "synthetic_rooms")
+    assert config.data.options["k"] == (32 if rooms else 8)
+    assert config.task.metric == ("miou" if rooms else "macro_f1")
+    if rooms:
+        assert config.data.options["test_area"] == 6
 
 
 def _check_reported(metrics: dict) -> None:
@@ -43,6 +45,13 @@ def test_synthetic_parts_trains_an_epoch_and_reports_f1_miou_and_accuracy(tmp_pa
     metrics = _train("synthetic_parts", tmp_path / "run", "data.options.num_shapes=6",
                      "data.options.num_points=128")
     assert metrics["metric"] == "macro_f1" and set(metrics["report"]) == {"accuracy", "miou"}
+    _check_reported(metrics)
+
+
+def test_synthetic_rooms_trains_an_epoch_and_reports_miou_accuracy_and_f1(tmp_path):
+    metrics = _train("synthetic_rooms", tmp_path / "run", "data.options.rooms_per_area=1",
+                     "data.options.num_points=64", "data.options.k=4", "data.options.val_blocks=4")
+    assert metrics["metric"] == "miou" and set(metrics["report"]) == {"accuracy", "macro_f1"}
     _check_reported(metrics)
 
 

@@ -15,6 +15,7 @@ from kmipgt.data.road_graph import add_city_labels, haversine_metres, road_netwo
 from kmipgt.data.splits import index_to_mask, random_split_masks, redraw_split_masks
 from kmipgt.data.synthetic_city import SYNTHETIC_CITY_FEATURES, synthetic_city
 from kmipgt.data.synthetic_parts import SYNTHETIC_PART_CATEGORIES, synthetic_parts
+from kmipgt.data.synthetic_rooms import synthetic_rooms
 from kmipgt.data.virtual_node import add_virtual_node, virtual_node_mask
 
 __all__ = [
@@ -51,5 +52,6 @@ __all__ = [
     "symmetric_edges",
     "synthetic_city",
     "synthetic_parts",
+    "synthetic_rooms",
     "virtual_node_mask",
 ]

@@ -22,7 +22,7 @@ from torch_geometric.data import Data
 
 from kmipgt.data.point_cloud import knn_graph
 
-__all__ = ["S3DIS_CLASSES", "s3dis"]
+__all__ = ["S3DIS_CLASSES", "s3dis", "split_by_area"]
 
 S3DIS_CLASSES = (
     "ceiling", "floor", "wall", "beam", "column", "window", "door", "table", "chair", "sofa", "bookcase",
@@ -107,10 +107,18 @@ def s3dis(
             blocks.append(_block(data[index], label[index], k, symmetric, areas[len(blocks)]))
     if len(blocks) != len(areas):
         raise ValueError(f"{rooms} names {len(areas)} blocks, the .h5 files hold {len(blocks)}")
+    return split_by_area(blocks, areas, test_area, val_blocks, seed)
+
+
+def split_by_area(
+    blocks: list[Data], areas: list[int], test_area: int, val_blocks: int | None, seed: int
+) -> dict[str, list[Data]]:
+    """Test: the blocks of ``test_area``; validation: ``val_blocks`` blocks of the other areas drawn with
+    ``seed`` (None: as many as the test area has); training: the rest, in their order."""
     test = [block for block, area in zip(blocks, areas, strict=True) if area == test_area]
     rest = [block for block, area in zip(blocks, areas, strict=True) if area != test_area]
     if not test or not rest:
-        raise ValueError(f"test_area {test_area}: the copy has blocks of areas {sorted(set(areas))}")
+        raise ValueError(f"test_area {test_area}: there are blocks of areas {sorted(set(areas))} only")
     count = len(test) if val_blocks is None else val_blocks
     if not isinstance(count, int) or not 1 <= count < len(rest):
         raise ValueError(f"val_blocks must be an int in [1, {len(rest) - 1}], got {val_blocks!r}")
