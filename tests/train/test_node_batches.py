@@ -74,3 +74,12 @@ def test_set_of_graphs_without_node_labels_is_refused(tmp_path):
         prepare_data(_config(tmp_path), raw)
     with pytest.raises(ValueError, match="set of graphs"):
         prepare_data(load_config(None, [f"out_dir={tmp_path}", "data.split_seed=1"]), _raw())
+
+
+def test_one_graph_tools_refuse_a_set_of_graphs(tmp_path):
+    from kmipgt.distributed.launch import Ranks
+    from kmipgt.train.partitioned import partition_graph
+
+    config = _config(tmp_path)
+    with pytest.raises(ValueError, match="set of graphs"):
+        partition_graph(config, prepare_data(config, _raw()), Ranks(rank=0, size=2, local_rank=0))
