@@ -41,11 +41,17 @@ def _check_reported(metrics: dict) -> None:
         assert all(0.0 <= values[s] <= 1.0 for s in ("train", "val", "test"))
 
 
-def test_synthetic_parts_trains_an_epoch_and_reports_f1_miou_and_accuracy(tmp_path):
+def test_synthetic_parts_trains_an_epoch_and_reports_f1_miou_and_accuracy(tmp_path, capsys):
     metrics = _train("synthetic_parts", tmp_path / "run", "data.options.num_shapes=6",
                      "data.options.num_points=128")
     assert metrics["metric"] == "macro_f1" and set(metrics["report"]) == {"accuracy", "miou"}
     _check_reported(metrics)
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "run")]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["test"] == pytest.approx(metrics["test"])
+    for name, values in metrics["report"].items():
+        assert again["report"][name] == pytest.approx(values)
 
 
 def test_synthetic_rooms_trains_an_epoch_and_reports_miou_accuracy_and_f1(tmp_path):
