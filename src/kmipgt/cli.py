@@ -295,7 +295,7 @@ def _data_list(args: argparse.Namespace) -> int:
 
 def _data_info(args: argparse.Namespace) -> int:
     from kmipgt.data import get_dataset
-    from kmipgt.data.report import graph_summary
+    from kmipgt.data.report import graph_set_summary, graph_summary
 
     flags = {"root": args.root, "num_nodes": args.num_nodes, "seed": args.seed}
     options = {**{key: value for key, value in flags.items() if value is not None}, **dict(args.options)}
@@ -307,7 +307,8 @@ def _data_info(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ImportError, ValueError) as error:
         print(f"kmipgt data info: {error}", file=sys.stderr)
         return 2
-    for key, value in graph_summary(data).items():
+    summary = graph_set_summary(data) if isinstance(data, dict) else graph_summary(data)
+    for key, value in summary.items():
         print(f"{key}: {value}")
     return 0
 

@@ -8,12 +8,14 @@ from kmipgt.data.city_networks import CityNetworks, load_city_network
 from kmipgt.data.helsinki import HELSINKI_FEATURES, helsinki
 from kmipgt.data.lrgb import lrgb_dataset, lrgb_splits
 from kmipgt.data.minnesota import MINNESOTA_FEATURES, minnesota
-from kmipgt.data.point_cloud import digits_knn, knn_graph_dataset
+from kmipgt.data.point_cloud import digits_knn, knn_graph, knn_graph_dataset
 from kmipgt.data.positional_encodings import LaplacianPE, RandomWalkSE
 from kmipgt.data.registry import DATASETS, Dataset, get_dataset, list_datasets, load_dataset
 from kmipgt.data.road_graph import add_city_labels, haversine_metres, road_network_data, symmetric_edges
 from kmipgt.data.splits import index_to_mask, random_split_masks, redraw_split_masks
 from kmipgt.data.synthetic_city import SYNTHETIC_CITY_FEATURES, synthetic_city
+from kmipgt.data.synthetic_parts import SYNTHETIC_PART_CATEGORIES, synthetic_parts
+from kmipgt.data.synthetic_rooms import synthetic_rooms
 from kmipgt.data.virtual_node import add_virtual_node, virtual_node_mask
 
 __all__ = [
@@ -21,6 +23,7 @@ __all__ = [
     "HELSINKI_FEATURES",
     "MINNESOTA_FEATURES",
     "SYNTHETIC_CITY_FEATURES",
+    "SYNTHETIC_PART_CATEGORIES",
     "CityNetworks",
     "Dataset",
     "LaplacianPE",
@@ -33,6 +36,7 @@ __all__ = [
     "haversine_metres",
     "helsinki",
     "index_to_mask",
+    "knn_graph",
     "knn_graph_dataset",
     "list_datasets",
     "load_city_network",
@@ -47,5 +51,7 @@ __all__ = [
     "road_network_data",
     "symmetric_edges",
     "synthetic_city",
+    "synthetic_parts",
+    "synthetic_rooms",
     "virtual_node_mask",
 ]

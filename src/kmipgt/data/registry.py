@@ -2,7 +2,7 @@
 
 Each entry's loader takes the keyword options of a config's ``data.options`` and returns one graph (a PyG
 ``Data``, for node- and edge-level tasks) or ``{"train": [...], "val": [...], "test": [...]}`` graph lists
-(graph-level tasks).
+(graph-level tasks, and node-level segmentation sets whose graphs have a label per node).
 """
 
 from __future__ import annotations
@@ -17,7 +17,11 @@ from kmipgt.data.helsinki import helsinki
 from kmipgt.data.lrgb import LRGB_NAMES, lrgb_splits
 from kmipgt.data.minnesota import minnesota
 from kmipgt.data.point_cloud import digits_knn
+from kmipgt.data.s3dis import s3dis
+from kmipgt.data.shapenet_part import shapenet_part
 from kmipgt.data.synthetic_city import synthetic_city
+from kmipgt.data.synthetic_parts import synthetic_parts
+from kmipgt.data.synthetic_rooms import synthetic_rooms
 
 ONE_GRAPH = ("node", "edge")  # task levels served by a single graph
 
@@ -53,6 +57,12 @@ DATASETS: dict[str, Dataset] = {dataset.name: dataset for dataset in (
     Dataset("digits_knn", digits_knn, ONE_GRAPH, "kNN graph of scikit-learn's handwritten digits"),
     Dataset("lrgb", lrgb_splits, ("graph",),
             f"local LRGB copy at root; name: {', '.join(LRGB_NAMES.values())}"),
+    Dataset("synthetic_parts", synthetic_parts, ("node",),
+            "synthetic part segmentation: num_shapes shapes of 2,048 points from primitives"),
+    Dataset("synthetic_rooms", synthetic_rooms, ("node",),
+            "synthetic indoor segmentation: rooms of 6 areas in 4,096-point blocks, S3DIS's 13 classes"),
+    Dataset("shapenet_part", shapenet_part, ("node",), "local ShapeNet-Part copy at root ('normal' release)"),
+    Dataset("s3dis", s3dis, ("node",), "local S3DIS copy at root (PointNet's hdf5 blocks)", extra="s3dis"),
 )}
 
 

@@ -1,4 +1,5 @@
-"""What ``kmipgt data`` prints: a graph's statistics; a synthetic city built stage by stage, timed."""
+"""What ``kmipgt data`` prints: a graph's or a set of graphs' statistics; a synthetic city built stage by
+stage, timed."""
 
 from __future__ import annotations
 
@@ -41,6 +42,32 @@ def graph_summary(data: Data) -> dict[str, object]:
         ecc = data.eccentricity
         summary["eccentricity_m_min_median_max"] = [round(float(v), 1) for v in
                                                     (ecc.min(), ecc.median(), ecc.max())]
+    return summary
+
+
+def graph_set_summary(splits: dict[str, list[Data]]) -> dict[str, object]:
+    """Counts of a dataset of graph lists per split (segmentation sets): graphs and nodes per split, the
+    nodes' class sizes and, where graphs carry a ``category``, the graphs per category."""
+    graphs = [graph for split in splits.values() for graph in split]
+    if not graphs:
+        raise ValueError("the dataset has no graphs")
+    first = graphs[0]
+    summary: dict[str, object] = {"graphs": len(graphs)}
+    for split, members in splits.items():
+        summary[f"{split}_graphs"] = len(members)
+    nodes = torch.tensor([graph.num_nodes for graph in graphs])
+    summary["nodes"] = int(nodes.sum())
+    summary["nodes_per_graph_min_mean_max"] = [int(nodes.min()), round(float(nodes.float().mean()), 1),
+                                               int(nodes.max())]
+    summary["directed_edges"] = sum(graph.edge_index.size(1) for graph in graphs)
+    summary["features"] = first.x.size(1) if first.x is not None else 0
+    if "y" in first:
+        counts = torch.bincount(torch.cat([graph.y.view(-1) for graph in graphs]))
+        summary["classes"] = counts.numel()
+        summary["class_sizes"] = counts.tolist()
+    if "category" in first:
+        categories = torch.cat([graph.category.view(-1) for graph in graphs])
+        summary["graphs_per_category"] = torch.bincount(categories).tolist()
     return summary
 
 

@@ -49,11 +49,14 @@ class DataConfig:
 class TaskConfig:
     """What is predicted and how it is scored.
 
-    ``level``: ``node`` (one graph with train/val/test masks, full batch), ``graph`` (many graphs,
-    mini-batches) or ``edge`` (link prediction on one graph: held-out edges against sampled non-edges,
-    full batch, fresh negatives every epoch; use ``loss: bce``).
+    ``level``: ``node`` (one graph with train/val/test masks, full batch; or, on a dataset of graph lists
+    per split with a label per node, mini-batches of those graphs: inductive segmentation), ``graph``
+    (many graphs, mini-batches) or ``edge`` (link prediction on one graph: held-out edges against sampled
+    non-edges, full batch, fresh negatives every epoch; use ``loss: bce``).
     ``loss``: ``cross_entropy``, ``bce`` (multi-label) or ``l1``. ``metric``:
-    ``accuracy``, ``macro_f1``, ``ap`` or ``mae``; the best checkpoint is chosen on it.
+    ``accuracy``, ``macro_f1``, ``miou`` (mean IoU over classes), ``ap``, ``roc_auc`` or ``mae``; the best
+    checkpoint is chosen on it. ``report``: further metrics of the same names that ``metrics.json`` gives
+    for the best checkpoint on every split (e.g. ``[accuracy, miou]`` beside a ``macro_f1`` run).
     ``label_inputs`` (node-level classification): the training labels become inputs, one-hot columns
     plus a "label shown" column appended to the node features. Each training step shows the labels of
     this share of the training nodes, drawn afresh, and computes the loss on the others, so no node
@@ -63,6 +66,7 @@ class TaskConfig:
     level: str = "node"
     loss: str = "cross_entropy"
     metric: str = "accuracy"
+    report: list[str] = field(default_factory=list)
     label_inputs: float = 0.0
 
 

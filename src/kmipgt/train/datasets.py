@@ -20,6 +20,9 @@ SPLITS = ("train", "val", "test")
 class PreparedData:
     """Model-ready data: one graph with split masks (``level="node"``) or graph lists per split.
 
+    ``level="node"`` with ``splits`` (and no ``graph``): inductive node classification, each split a list
+    of graphs with a label per node (point-cloud segmentation: one shape or block per graph).
+
     ``level="edge"``: each split holds one graph whose ``edge_index`` is the message-passing graph and whose
     ``edge_label_index``/``edge_label`` are the pairs to score (positives 1, sampled non-edges 0).
     """
@@ -174,6 +177,19 @@ def _graph_level(raw, config: Config) -> tuple[dict[str, list[Data]], Data, torc
     return splits, splits["train"][0], torch.cat([g.y for g in splits["train"]])
 
 
+def _inductive_node_level(raw, config: Config) -> tuple[dict[str, list[Data]], Data, torch.Tensor]:
+    """Graph lists per split whose every node has a label (``y [n]`` per graph)."""
+    if config.task.label_inputs > 0 or config.data.split_seed is not None:
+        raise ValueError("task.label_inputs and data.split_seed need one graph with split masks; "
+                         f"dataset {config.data.name!r} is a set of graphs, each in one split")
+    splits, first, targets = _graph_level(raw, config)
+    for graph in (g for s in SPLITS for g in splits[s]):
+        if graph.y is None or graph.y.size(0) != graph.num_nodes:
+            raise ValueError(f"dataset {config.data.name!r}: task.level 'node' over a set of graphs needs "
+                             "a label per node (y of shape [num_nodes]) on every graph")
+    return splits, first, targets
+
+
 def _edge_level(raw, config: Config) -> tuple[dict[str, list[Data]], Data, torch.Tensor]:
     graph = _prepare_graph(_single_graph(raw, "edge"), config, encodings=False)
     if config.data.normalize_features:
@@ -198,7 +214,9 @@ def prepare_data(config: Config, raw: Any = None) -> PreparedData:
     if raw is None:
         raw = load_raw(config)
     graph, splits = None, None
-    if level == "node":
+    if level == "node" and isinstance(raw, dict):
+        splits, first, targets = _inductive_node_level(raw, config)
+    elif level == "node":
         graph, first, targets = _node_level(raw, config)
     elif level == "graph":
         splits, first, targets = _graph_level(raw, config)

@@ -292,10 +292,22 @@ class Trainer:
         outputs = self.task.split_outputs(self._predict, splits, self.device)
         return {split: self._score(output, target) for split, output, target in outputs}
 
-    def _score(self, output: torch.Tensor, target: torch.Tensor) -> float:
+    @torch.no_grad()
+    def evaluate_metrics(
+        self, names: list[str], splits: tuple[str, ...] = ("train", "val", "test")
+    ) -> dict[str, dict[str, float]]:
+        """``{metric: {split: value}}`` for each of ``names``, from one evaluation pass over each split."""
+        self.model.eval()
+        scores: dict[str, dict[str, float]] = {name: {} for name in names}
+        for split, output, target in self.task.split_outputs(self._predict, splits, self.device):
+            for name in names:
+                scores[name][split] = self._score(output, target, name)
+        return scores
+
+    def _score(self, output: torch.Tensor, target: torch.Tensor, metric: str | None = None) -> float:
         if self.config.task.loss != "cross_entropy":
             target = target.float().view_as(output)
-        return compute_metric(self.config.task.metric, output, target)
+        return compute_metric(metric or self.config.task.metric, output, target)
 
     def _is_better(self, value: float) -> bool:
         best = self.state.best_value
@@ -450,6 +462,7 @@ class Trainer:
         self.model.load_state_dict(best["model"])
         with out_of_memory_hint(self.config):
             scores = self.evaluate()
+            reported = self.evaluate_metrics(self.config.task.report) if self.config.task.report else None
         seconds = [row["seconds"] for row in self.state.history]
         metrics = {
             "dataset": self.data.name,
@@ -462,6 +475,8 @@ class Trainer:
             "peak_memory_mb": peak_memory_mb(self.device),
             "complete": True,
         }
+        if reported is not None:
+            metrics["report"] = reported
         if self.ranks is not None:
             metrics["peak_memory_mb_per_rank"] = gather_objects(metrics["peak_memory_mb"])
         if self.writes_files:

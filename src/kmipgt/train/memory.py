@@ -161,6 +161,9 @@ def memory_breakdown(config: Config) -> dict[str, Any]:
     sampler = _PeakSampler()
     with sampler.phase("data and model"):
         trainer = Trainer(config)
+    if trainer.data.graph is None:
+        raise ValueError(f"memory_breakdown measures one full-batch graph; dataset {config.data.name!r} is a "
+                         "set of graphs")
     model, saved = trainer.model, _SavedBytes(trainer.model)
     model.train()
     step = next(iter(trainer.task.train_steps(trainer.device)))

@@ -1,4 +1,5 @@
-"""Evaluation metrics on model outputs: accuracy, macro-F1, average precision, ROC-AUC, mean abs. error."""
+"""Evaluation metrics on model outputs: accuracy, macro-F1, mIoU, average precision, ROC-AUC, mean abs.
+error."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import numpy as np
 from sklearn.metrics import average_precision_score, f1_score, roc_auc_score
 from torch import Tensor
 
-METRICS = ("accuracy", "macro_f1", "ap", "roc_auc", "mae")
+from kmipgt.train.segmentation_metrics import mean_iou
+
+METRICS = ("accuracy", "macro_f1", "miou", "ap", "roc_auc", "mae")
 
 
 def accuracy(logits: Tensor, target: Tensor) -> float:
@@ -17,6 +20,12 @@ def accuracy(logits: Tensor, target: Tensor) -> float:
 def macro_f1(logits: Tensor, target: Tensor) -> float:
     """Unweighted mean of per-class F1 over the classes present in ``target`` or predicted."""
     return float(f1_score(target.cpu().numpy(), logits.argmax(-1).cpu().numpy(), average="macro"))
+
+
+def miou(logits: Tensor, target: Tensor) -> float:
+    """Mean IoU over the ``C`` classes of ``logits [N, C]`` present in ``target [N]`` or predicted
+    (:func:`kmipgt.train.segmentation_metrics.mean_iou`; S3DIS's segmentation score)."""
+    return mean_iou(logits.argmax(-1), target, logits.size(-1))
 
 
 def _mean_over_labels(score, logits: Tensor, target: Tensor, name: str) -> float:
@@ -55,6 +64,7 @@ def mean_absolute_error(pred: Tensor, target: Tensor) -> float:
 _FUNCTIONS = {
     "accuracy": accuracy,
     "macro_f1": macro_f1,
+    "miou": miou,
     "ap": average_precision,
     "roc_auc": roc_auc,
     "mae": mean_absolute_error,

@@ -28,6 +28,9 @@ __all__ = ["PartitionedNodeTask", "partition_graph", "rank_share"]
 def partition_graph(config: Config, data: PreparedData, ranks: Ranks) -> GraphShard:
     """This rank's share of the run's graph, partitioned as ``distributed.partition`` says."""
     graph = data.graph
+    if graph is None:
+        raise ValueError(f"distributed.strategy 'graph' partitions one graph; dataset {data.name!r} is a set "
+                         "of graphs (use strategy 'none')")
     coords = node_coords(graph, config.model.coord_columns)
     order, offsets = partition_order(graph.num_nodes, ranks.size, config.distributed.partition, coords)
     return shard_graph(graph, order, offsets, ranks.rank)

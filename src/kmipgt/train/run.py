@@ -122,11 +122,14 @@ def evaluate_run(
     ``overrides`` (``key.sub=value``) change the saved config first, e.g. to apply a model trained on a
     10k-node synthetic city to a 262k-node one (``data.options.num_nodes=262144``) and, with
     ``save_tokens``, dump that graph's query/key tokens to ``out_dir/tokens.pt`` (set ``out_dir`` to keep
-    the run directory untouched). ``trust_checkpoint`` as for :func:`load_run`.
+    the run directory untouched). ``trust_checkpoint`` as for :func:`load_run`. The config's
+    ``task.report`` metrics come under ``"report"``, as in ``metrics.json``.
     """
     trainer = load_run(run_dir, checkpoint, overrides, trust_checkpoint)
     with out_of_memory_hint(trainer.config):
         metrics: dict[str, Any] = trainer.evaluate()
+        if trainer.config.task.report:
+            metrics["report"] = trainer.evaluate_metrics(trainer.config.task.report)
         if save_tokens:
             metrics["tokens"] = str(trainer.save_tokens())
     return metrics

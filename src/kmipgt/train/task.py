@@ -1,7 +1,8 @@
 """What differs between task levels, so the training loop never asks which level it trains.
 
 One class per ``task.level``: :class:`NodeTask` (one graph, split masks, full batch), :class:`GraphTask`
-(mini-batches of many graphs) and :class:`LinkTask` (``edge``: scored node pairs on one graph, fresh
+(mini-batches of many graphs), :class:`NodeBatchTask` (``node`` over a set of graphs: mini-batches, a
+label per node) and :class:`LinkTask` (``edge``: scored node pairs on one graph, fresh
 negatives every epoch). Each says which graphs a training epoch steps through, which nodes the loss sees,
 the targets, the outputs and targets each split is scored on, and which graph a split lives on.
 """
@@ -33,6 +34,7 @@ __all__ = [
     "TASK_CLASSES",
     "GraphTask",
     "LinkTask",
+    "NodeBatchTask",
     "NodeTask",
     "SplitGraph",
     "Step",
@@ -332,6 +334,13 @@ class GraphTask(Task):
         return kind(items[share.start:share.stop], batch_size=batch_size, pin_memory=pin_memory)
 
 
+class NodeBatchTask(GraphTask):
+    """``node`` over a set of graphs (inductive segmentation): :class:`GraphTask`'s mini-batches, with the
+    model predicting every node and the loss and metrics taken over every node of a split's graphs."""
+
+    level = "node"
+
+
 class LinkTask(Task):
     """``edge``: link prediction, full batch; each split's graph scores its ``edge_label_index`` pairs."""
 
@@ -361,4 +370,6 @@ def make_task(
         raise ValueError(
             f"data.on_device needs a graph-level task (task.level: graph), got task.level {data.level!r}"
         )
+    if data.level == "node" and data.splits is not None:
+        return NodeBatchTask(config, data, generator, ranks)
     return TASK_CLASSES[data.level](config, data, generator, ranks)

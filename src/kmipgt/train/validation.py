@@ -153,6 +153,8 @@ def validate_config(config: Config) -> None:
     _one_of("task.level", config.task.level, TASKS)
     _one_of("task.loss", config.task.loss, LOSSES)
     _one_of("task.metric", config.task.metric, METRICS)
+    for name in config.task.report:
+        _one_of("task.report", name, METRICS)
     _fraction("task.label_inputs", config.task.label_inputs, closed=False)
     _check_model(config)
     _check_optim(config)

@@ -1,0 +1,88 @@
+"""Loaders of local ShapeNet-Part and S3DIS copies against the files they read; missing files' errors."""
+
+import numpy as np
+import pytest
+import torch
+
+from kmipgt.data import knn_graph, load_dataset
+from kmipgt.data.shapenet_part import shapenet_part, shapenet_part_category_parts
+from point_cloud_copies import SHAPES, write_s3dis, write_shapenet_part
+
+
+def test_shapenet_part_reads_the_official_splits(tmp_path):
+    rows = write_shapenet_part(tmp_path)
+    splits = shapenet_part(tmp_path, k=5)
+    assert [len(splits[s]) for s in ("train", "val", "test")] == [3, 1, 2]
+    shapes = [shape for split in ("train", "val", "test") for s, _, shape, _ in SHAPES if s == split]
+    categories = [c for split in ("train", "val", "test") for s, _, _, c in SHAPES if s == split]
+    graphs = [g for s in ("train", "val", "test") for g in splits[s]]
+    for graph, shape, category in zip(graphs, shapes, categories, strict=True):
+        expected = torch.from_numpy(rows[shape])
+        assert torch.equal(graph.pos, expected[:, :3]) and torch.equal(graph.x[:, :3], expected[:, 3:6])
+        assert torch.equal(graph.x[:, 3:], expected[:, :3])
+        assert torch.equal(graph.y, expected[:, 6].long()) and int(graph.category) == category
+        assert set(graph.y.tolist()) <= set(shapenet_part_category_parts()[category])
+        assert torch.equal(graph.edge_index, knn_graph(graph.pos, 5))
+    mugs = shapenet_part(tmp_path, k=5, categories=["Mug"])
+    assert [len(mugs[s]) for s in ("train", "val", "test")] == [1, 1, 1]
+
+
+def test_shapenet_part_missing_files_name_the_layout(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"not a directory.*synsetoffset2category\.txt"):
+        shapenet_part(tmp_path / "nope")
+    write_shapenet_part(tmp_path)
+    (tmp_path / "03797390" / "m2.txt").unlink()
+    with pytest.raises(FileNotFoundError, match=r"missing .*m2\.txt; expected the ShapeNet-Part 'normal'"):
+        shapenet_part(tmp_path)
+    (tmp_path / "train_test_split" / "shuffled_val_file_list.json").unlink()
+    with pytest.raises(FileNotFoundError, match=r"shuffled_val_file_list\.json"):
+        shapenet_part(tmp_path)
+    with pytest.raises(ValueError, match="categories must be among"):
+        shapenet_part(tmp_path, categories=["Sofa"])
+
+
+@pytest.mark.requires("h5py")
+def test_s3dis_splits_blocks_by_area(tmp_path):
+    data, label = write_s3dis(tmp_path)
+    splits = load_dataset("s3dis", root=tmp_path, test_area=6, k=4, val_blocks=1)
+    assert [len(splits[s]) for s in ("train", "val", "test")] == [4, 1, 2]
+    by_area = {6: [4, 5], 5: [3]}
+    assert all(torch.equal(g.x, torch.from_numpy(data[i])) for g, i in zip(splits["test"], by_area[6],
+                                                                            strict=True))
+    blocks = {tuple(g.x[0].tolist()): g for s in splits.values() for g in s}
+    assert len(blocks) == 7
+    for index in range(7):
+        graph = blocks[tuple(data[index, 0].tolist())]
+        assert torch.equal(graph.y, torch.from_numpy(label[index].astype(np.int64)))
+        assert torch.equal(graph.pos, torch.from_numpy(data[index, :, :3]))
+        assert torch.equal(graph.edge_index, knn_graph(graph.pos, 4))
+    area5 = load_dataset("s3dis", root=tmp_path / "indoor3d_sem_seg_hdf5_data", test_area=5, k=4)
+    assert [len(area5[s]) for s in ("train", "val", "test")] == [5, 1, 1]
+    assert torch.equal(area5["test"][0].x, torch.from_numpy(data[3])) and int(area5["test"][0].area) == 5
+
+
+@pytest.mark.requires("h5py")
+def test_s3dis_missing_files_and_options(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"not a directory.*ply_data_all"):
+        load_dataset("s3dis", root=tmp_path / "nope")
+    write_s3dis(tmp_path)
+    (tmp_path / "indoor3d_sem_seg_hdf5_data" / "room_filelist.txt").unlink()
+    with pytest.raises(FileNotFoundError, match=r"room_filelist\.txt"):
+        load_dataset("s3dis", root=tmp_path)
+    with pytest.raises(ValueError, match="test_area"):
+        load_dataset("s3dis", root=tmp_path, test_area=7)
+
+
+def test_s3dis_without_h5py_is_a_clear_message(tmp_path, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_h5py(name, *args, **kwargs):
+        if name == "h5py":
+            raise ImportError("No module named 'h5py'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_h5py)
+    with pytest.raises(ImportError, match=r"pip install 'kmipgt\[s3dis\]'"):
+        load_dataset("s3dis", root=tmp_path)
