@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 import kmipgt.cli
 import kmipgt.train
 from kmipgt.cli import main
@@ -26,6 +28,7 @@ def _continue(command: str, epoch: int) -> list[str]:
     return [*words[1:], "--no-progress", "--stop-after", str(epoch)]
 
 
+@pytest.mark.slow  # a child process that imports torch and trains an epoch: about 12 s on 2 cores
 def test_ctrl_c_prints_the_epoch_and_the_resume_command(tmp_path, capsys):
     out = tmp_path / "run"
     argv = ["train", *TINY, "--set", f"out_dir={out}", "--set", "optim.epochs=1000"]
