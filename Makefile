@@ -17,6 +17,7 @@ setup: $(STAMP)
 
 demo: setup
 	$(VENV)/bin/kmipgt train --config configs/minnesota.yaml
+	@echo "Next: source $(VENV)/bin/activate (or call $(VENV)/bin/kmipgt), then kmipgt --help, kmipgt configs"
 
 test: setup
 	$(PY) -m pytest -q

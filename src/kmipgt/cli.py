@@ -1,4 +1,8 @@
-"""The ``kmipgt`` command line: parse, call the library, print."""
+"""The ``kmipgt`` command line: parse, call the library, print.
+
+Heavy imports (torch, PyG) happen inside the handlers, after the config is read and checked, so a bad key
+or option is reported at once.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import copy
 import json
 import logging
 import os
+import shlex
 import sys
 import traceback
 from pathlib import Path
@@ -17,6 +22,24 @@ from kmipgt.malloc import ALLOCATORS, retain_freed_memory, use_allocator
 # Exit status of a bad command line, option, config or input file; anything else that fails exits 1.
 USAGE_ERROR = 2
 INPUT_ERRORS = (ValueError, TypeError, FileNotFoundError, ImportError)
+# 128 + SIGINT: what a shell reports for a command stopped by Ctrl-C.
+INTERRUPTED = 130
+
+DESCRIPTION = """\
+kmipgt trains graph transformers with k-MIP attention (each query attends to the k keys of its graph with
+the largest inner product, found exactly) on PyTorch Geometric data, and measures them.
+
+  kmipgt train                          the main job: GPS + k-MIP on the embedded Minnesota road network
+  kmipgt train --config NAME            another shipped config (kmipgt configs lists them) or a YAML file
+  kmipgt eval RUN_DIR                   re-evaluate a trained run
+  kmipgt sweep NAME                     train every cell of a grid of configs and summarise
+  kmipgt configs                        the shipped run configs and sweeps, each with what it is
+  kmipgt data list                      the datasets, all usable offline
+  kmipgt analysis explain RUN_DIR       which keys a trained model attends to (and other inspections)
+  kmipgt bench attention                time and memory of k-MIP against full attention (and other benchmarks)
+
+Each command has its own --help.
+"""
 
 
 def _no_default(action: argparse.Action) -> bool:
@@ -36,6 +59,10 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
             action = copy.copy(action)
             action.help = "(default: %(default)s)"
         return super()._format_action(action)
+
+
+class _TopHelpFormatter(argparse.RawDescriptionHelpFormatter, _HelpFormatter):
+    """Keeps the line breaks of the description (its command table)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -386,22 +413,51 @@ def _add_data(commands: argparse._SubParsersAction) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
+    config = _load_config(args.config, [*args.overrides, *(["tensorboard=true"] if args.tensorboard else [])])
     from kmipgt.train import train
 
-    config = _load_config(args.config, [*args.overrides, *(["tensorboard=true"] if args.tensorboard else [])])
-    metrics = train(
-        config,
-        resume=args.resume,
-        stop_after=args.stop_after,
-        save_tokens=args.save_tokens,
-        progress=not args.no_progress,
-        overwrite=args.overwrite,
-        trust_checkpoint=args.trust_checkpoint,
-    )
+    try:
+        metrics = train(
+            config,
+            resume=args.resume,
+            stop_after=args.stop_after,
+            save_tokens=args.save_tokens,
+            progress=not args.no_progress,
+            overwrite=args.overwrite,
+            trust_checkpoint=args.trust_checkpoint,
+        )
+    except KeyboardInterrupt:
+        print(f"kmipgt: {_interrupted(config, args)}", file=sys.stderr)
+        return INTERRUPTED
     print(json.dumps(metrics, indent=2))
     if metrics.get("complete"):
         print(f"test {metrics['metric']}: {metrics['test']:.4f}  (run directory: {config.out_dir})")
+    elif "epochs_done" in metrics:
+        print(f"stopped after epoch {metrics['epochs_done']} of {config.optim.epochs}; continue with: "
+              f"{_resume_command(config, args)}")
     return 0
+
+
+def _resume_command(config, args: argparse.Namespace) -> str:
+    """The command that continues the run in ``config.out_dir``: its saved config.yaml holds every setting
+    (the resolved thread count included), so no override needs repeating."""
+    flags = [flag for flag, given in (("--save-tokens", args.save_tokens),
+                                      ("--trust-checkpoint", args.trust_checkpoint)) if given]
+    saved = str(Path(config.out_dir) / "config.yaml")
+    return shlex.join(["kmipgt", "train", "--config", saved, "--resume", *flags])
+
+
+def _interrupted(config, args: argparse.Namespace) -> str:
+    """One line on a run stopped by Ctrl-C: the epoch that ``last.pt`` keeps and how to continue."""
+    from kmipgt.train.checkpoint import load_checkpoint
+
+    try:
+        state = load_checkpoint(Path(config.out_dir) / "last.pt", ("state",), trust=args.trust_checkpoint)
+    except (FileNotFoundError, ValueError):
+        return "interrupted before an epoch was saved: nothing to resume; start again with --overwrite"
+    epoch = state["state"]["epoch"]
+    return (f"interrupted in epoch {epoch + 1} of {config.optim.epochs} (last.pt keeps epoch {epoch}); "
+            f"continue with: {_resume_command(config, args)}")
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -442,8 +498,9 @@ def _add_train_eval(commands: argparse._SubParsersAction) -> None:
     train = commands.add_parser("train", help="train a graph transformer from a YAML config")
     train.add_argument(
         "--config",
-        default=None,
-        help="YAML config: a path, or a shipped config's name (kmipgt configs) (default: built-in defaults)",
+        default="minnesota",
+        help="YAML config: a path, or a shipped config's name (kmipgt configs) (default: minnesota, the main "
+        "job, what make demo runs)",
     )
     _add_overrides(train, "model.k=32")
     again = train.add_mutually_exclusive_group()
@@ -670,11 +727,9 @@ def _add_bench_step(bench: argparse._SubParsersAction) -> None:
 
 
 def _bench_ragged(args: argparse.Namespace) -> int:
-    from dataclasses import fields
-
     from kmipgt.bench.ragged import RaggedBenchConfig, markdown_table, run_ragged_benchmark
 
-    config = RaggedBenchConfig(**{f.name: getattr(args, f.name) for f in fields(RaggedBenchConfig)})
+    config = _config_from_args(RaggedBenchConfig, args)
     result = run_ragged_benchmark(config, args.out)
     batch = result["batch"]
     print(f"{config.graphs} graphs, {batch['nodes']:,} nodes (largest {batch['largest_graph']}) on "
@@ -685,18 +740,23 @@ def _bench_ragged(args: argparse.Namespace) -> int:
 
 
 def _add_bench_ragged(bench: argparse._SubParsersAction) -> None:
-    from dataclasses import fields
-
-    from kmipgt.bench.ragged import RaggedBenchConfig
-
     parser = bench.add_parser(
         "ragged", help="k-MIP and full attention on a batch of small graphs vs one padded SDPA call"
     )
-    # One flag per field of the config, with its type and default.
-    for field in fields(RaggedBenchConfig):
-        default = field.default
-        parser.add_argument(f"--{field.name.replace('_', '-')}", dest=field.name, type=type(default),
-                            default=default, help=f"(default: {default})")
+    # Same names and defaults as RaggedBenchConfig's fields; its module imports torch, which --help and
+    # every other command do without.
+    parser.add_argument("--graphs", type=int, default=200, help="graphs in the batch")
+    parser.add_argument("--min-nodes", type=int, default=100, help="smallest graph (uniform sizes)")
+    parser.add_argument("--max-nodes", type=int, default=199, help="largest graph")
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--dim", type=int, default=19, help="channels per head")
+    parser.add_argument("-k", "--k", type=int, default=5)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--repeats", type=int, default=10, help="interleaved timed rounds")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
+    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--out", type=Path, default=Path("bench-out/ragged"), help="folder of ragged.json and ragged.png"
     )
@@ -955,10 +1015,19 @@ def _add_analysis(commands: argparse._SubParsersAction) -> None:
 
 
 def _configs(args: argparse.Namespace) -> int:
-    from kmipgt.configs import config_path, list_configs
+    from kmipgt.configs import config_path, first_comment, list_configs
 
-    for name in list_configs():
-        print(config_path(name) if args.paths else name)
+    if args.paths:
+        for name in list_configs():
+            print(config_path(name))
+        return 0
+    groups = {"run configs (kmipgt train --config NAME)": "run", "sweeps (kmipgt sweep NAME)": "sweep"}
+    for number, (title, kind) in enumerate(groups.items()):
+        names = list_configs(kind)
+        width = max(map(len, names), default=0)
+        print(f"{chr(10) if number else ''}{title}:")
+        for name in names:
+            print(f"  {name:<{width}}  {first_comment(name)}".rstrip())
     return 0
 
 
@@ -966,14 +1035,14 @@ def _add_configs(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "configs", help="list the shipped configs (train --config NAME and sweep NAME find them by name)"
     )
-    parser.add_argument("--paths", action="store_true", help="print each config's file path")
+    parser.add_argument("--paths", action="store_true", help="print only each config's file path")
     parser.set_defaults(handler=_configs)
 
 
 def build_parser() -> argparse.ArgumentParser:
     from kmipgt import __version__
 
-    parser = _Parser(prog="kmipgt", description=__doc__)
+    parser = _Parser(prog="kmipgt", description=DESCRIPTION, formatter_class=_TopHelpFormatter)
     parser.add_argument("--version", action="version", version=f"kmipgt {__version__}")
     parser.add_argument("--debug", action="store_true", help="print the traceback of an error")
     verbosity = parser.add_mutually_exclusive_group()
@@ -981,7 +1050,12 @@ def build_parser() -> argparse.ArgumentParser:
         "-q", "--quiet", action="store_true", help="only warnings and errors (no progress bars)"
     )
     verbosity.add_argument("-v", "--verbose", action="store_true", help="also debug lines (one per epoch)")
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_train_eval(commands)
+    _add_sweep(commands)
+    _add_configs(commands)
+    _add_data(commands)
+    _add_analysis(commands)
     bench = commands.add_parser("bench", help="benchmarks (JSON + PNG)").add_subparsers(
         dest="benchmark", required=True
     )
@@ -993,16 +1067,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench_train(bench)
     _add_bench_step(bench)
     _add_bench_ragged(bench)
-    _add_data(commands)
-    _add_train_eval(commands)
-    _add_sweep(commands)
-    _add_analysis(commands)
-    _add_configs(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command; an error prints ``kmipgt: error: <one line>`` and returns 2 (input) or 1 (runtime)."""
+    """Run the command; an error prints ``kmipgt: error: <one line>`` and returns 2 (input) or 1 (runtime),
+    Ctrl-C one line and 130."""
     args = build_parser().parse_args(argv)
     configure_logging(logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO)
     # Commands that read a config apply its `allocator` once it is loaded: glibc's own policy cannot be
@@ -1011,6 +1081,9 @@ def main(argv: list[str] | None = None) -> int:
         retain_freed_memory()
     try:
         return args.handler(args)
+    except KeyboardInterrupt:
+        print("kmipgt: interrupted", file=sys.stderr)
+        return INTERRUPTED
     except BrokenPipeError:
         # The reader went away (``kmipgt configs | head``): not an error; silence the flush at exit.
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115

@@ -3,9 +3,8 @@
 glibc serves every allocation above its mmap threshold (at most 32 MiB, adjusted dynamically) with fresh
 ``mmap`` pages that are zeroed on first touch and unmapped on free. Past that size every temporary tensor
 pays page faults proportional to its bytes at every use, so an O(N) operation jumps in cost once its
-buffers cross the threshold: unmasked linear attention over 4 heads x 16 channels took 0.49 s at
-N = 262,144 against 0.075 s at 65,536 (x6.6 for x4 the work) with the default policy, and 0.16 s with
-freed memory kept (one thread, ``kmipgt bench grf``, ``docs/benchmarks.md``). PyTorch's CPU tuning
+buffers cross the threshold (measured with ``kmipgt bench grf``: docs/benchmarks.md, "GRF masked
+attention"; docs/scaling.md, "Allocator: why the same run needs 2.4 or 5.6 GB"). PyTorch's CPU tuning
 guide recommends a caching allocator (jemalloc, tcmalloc) for the same reason; this is the
 dependency-free equivalent. Keeping freed memory costs resident memory where buffers of different sizes
 interleave (activation checkpointing on large graphs, ``docs/scaling.md``; mini-batches of graphs of

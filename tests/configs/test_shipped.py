@@ -35,7 +35,7 @@ def test_a_local_file_wins_over_the_shipped_one(tmp_path, monkeypatch):
 
 def test_unknown_name_lists_the_shipped_configs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(FileNotFoundError, match=r"shipped configs: .*minnesota"):
+    with pytest.raises(FileNotFoundError, match=r"shipped run configs: .*minnesota"):
         load_config("no_such_config")
 
 
@@ -45,9 +45,7 @@ def test_a_shipped_sweep_and_its_base_resolve_by_name(tmp_path, monkeypatch):
     assert sweep.base == SHIPPED / "minnesota.yaml"
 
 
-def test_configs_command_lists_names_and_paths(capsys):
-    assert main(["configs"]) == 0
-    assert capsys.readouterr().out.split() == list_configs()
+def test_configs_command_lists_paths(capsys):
     assert main(["configs", "--paths"]) == 0
     assert all(Path(line).is_file() for line in capsys.readouterr().out.split())
 

@@ -9,26 +9,45 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["config_path", "list_configs"]
+__all__ = ["config_path", "first_comment", "list_configs"]
 
 _SUFFIX = ".yaml"
+_SWEEPS = "sweeps/"
 
 
 def _shipped() -> Path:
     return Path(str(resources.files(__name__)))
 
 
-def list_configs() -> list[str]:
-    """Names of the shipped configs (``minnesota``, ``sweeps/influence_of_k``, ...), sorted."""
+def list_configs(kind: str | None = None) -> list[str]:
+    """Names of the shipped configs (``minnesota``, ``sweeps/influence_of_k``, ...), sorted.
+
+    ``kind``: ``"run"`` (configs for ``kmipgt train``), ``"sweep"`` (grids for ``kmipgt sweep``, under
+    ``sweeps/``) or None (both).
+    """
+    if kind not in (None, "run", "sweep"):
+        raise ValueError(f"kind must be 'run', 'sweep' or None, got {kind!r}")
     root = _shipped()
-    return sorted(path.relative_to(root).with_suffix("").as_posix() for path in root.rglob(f"*{_SUFFIX}"))
+    names = sorted(path.relative_to(root).with_suffix("").as_posix() for path in root.rglob(f"*{_SUFFIX}"))
+    if kind is None:
+        return names
+    return [name for name in names if name.startswith(_SWEEPS) == (kind == "sweep")]
+
+
+def first_comment(name: str | Path) -> str:
+    """The first comment line of config ``name`` (what the file is), without its ``#``; empty if none."""
+    with open(config_path(name)) as f:
+        for line in f:
+            if line.startswith("#"):
+                return line.lstrip("#").strip()
+    return ""
 
 
 def config_path(name: str | Path) -> Path:
     """The file ``name`` refers to: an existing path, else the shipped config of that name.
 
     Raises:
-        FileNotFoundError: neither exists; the message lists the shipped names.
+        FileNotFoundError: neither exists; the message lists the shipped run configs.
     """
     path = Path(name)
     if path.is_file():
@@ -39,4 +58,7 @@ def config_path(name: str | Path) -> Path:
     for candidate in (shipped, shipped.with_name(shipped.name + _SUFFIX)):
         if candidate.is_file():
             return candidate
-    raise FileNotFoundError(f"no config file {str(name)!r}; shipped configs: {', '.join(list_configs())}")
+    raise FileNotFoundError(
+        f"no config file {str(name)!r}; shipped run configs: {', '.join(list_configs('run'))} "
+        "(`kmipgt configs` lists them with the shipped sweeps)"
+    )

@@ -1,11 +1,36 @@
-"""Training and evaluation: configs, metrics, the training loop with exact resume, run reports."""
+"""Training and evaluation: configs, metrics, the training loop with exact resume, run reports.
 
-from kmipgt.train.config import Config, load_config
-from kmipgt.train.loop import Trainer
-from kmipgt.train.metrics import METRICS, compute_metric
-from kmipgt.train.models import build_model
-from kmipgt.train.run import evaluate_run, load_run, split_graph, train
-from kmipgt.train.task import SplitGraph
+The names below are imported on first use (PEP 562), so reading and checking a config
+(:mod:`kmipgt.train.config`) does not import torch or PyG: ``kmipgt train`` reports a bad key at once.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kmipgt.train.config import Config, load_config
+    from kmipgt.train.loop import Trainer
+    from kmipgt.train.metrics import METRICS, compute_metric
+    from kmipgt.train.models import build_model
+    from kmipgt.train.run import evaluate_run, load_run, split_graph, train
+    from kmipgt.train.task import SplitGraph
+
+# Public name -> the submodule that defines it.
+_SOURCES = {
+    "METRICS": "metrics",
+    "Config": "config",
+    "SplitGraph": "task",
+    "Trainer": "loop",
+    "build_model": "models",
+    "compute_metric": "metrics",
+    "evaluate_run": "run",
+    "load_config": "config",
+    "load_run": "run",
+    "split_graph": "run",
+    "train": "run",
+}
 
 __all__ = [
     "METRICS",
@@ -20,3 +45,15 @@ __all__ = [
     "split_graph",
     "train",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _SOURCES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_SOURCES[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import types
 import typing
 from dataclasses import dataclass, field
@@ -208,8 +209,24 @@ def _checked(value: Any, annotation: Any, key: str) -> Any:
         return float(value)
     # bool is a subclass of int, but ``k: true`` is a mistake rather than k = 1
     if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
-        raise TypeError(f"config key {key!r} expects {annotation}, got {value!r}")
+        raise TypeError(f"config key {key!r} expects {_type_name(annotation)}, got {value!r}")
     return value
+
+
+def _type_name(annotation: Any) -> str:
+    """``int``, ``int | None``, ``list[int]``: the annotation as it is written, not ``<class 'int'>``."""
+    return annotation.__name__ if isinstance(annotation, type) else str(annotation).replace("typing.", "")
+
+
+def _unknown_key_message(unknown: list[str], known: list[str], where: str) -> str:
+    """Name the unknown keys, each with the closest known key where one is close (a typo); the known keys
+    are listed only where some unknown key has no close match."""
+    close = {key: difflib.get_close_matches(key, known, n=1) for key in unknown}
+    named = ", ".join(
+        f"{key!r} (did you mean {match[0]!r}?)" if match else repr(key) for key, match in close.items()
+    )
+    listed = "" if all(close.values()) else f"; known: {', '.join(known)}"
+    return f"unknown config keys in {where!r}: {named}{listed}"
 
 
 def _build(cls: type, values: Any, section: str = "") -> Any:
@@ -220,7 +237,7 @@ def _build(cls: type, values: Any, section: str = "") -> Any:
     fields = typing.get_type_hints(cls)
     unknown = sorted(set(values) - set(fields))
     if unknown:
-        raise ValueError(f"unknown config keys in {where!r}: {unknown}; known: {sorted(fields)}")
+        raise ValueError(_unknown_key_message(unknown, sorted(fields), where))
     prefix = f"{section}." if section else ""
     return cls(**{key: _checked(value, fields[key], prefix + key) for key, value in values.items()})
 
@@ -257,13 +274,16 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
 
     ``path``: a YAML file, or the name of a config shipped with kmipgt (``"minnesota"``; see
     :mod:`kmipgt.configs`). Unknown keys and values of the wrong type raise, so a typo never silently
-    keeps a default.
+    keeps a default; a sweep file (it has a ``base`` key) raises a ValueError naming ``kmipgt sweep``.
     """
     tree: dict = {}
     if path is not None:
-        path = config_path(path)
-        with open(path) as f:
-            tree = _read_yaml(f, str(path)) or {}
+        file = config_path(path)
+        with open(file) as f:
+            tree = _read_yaml(f, str(file)) or {}
+        # A sweep file names its base config; no run config has a `base` key.
+        if isinstance(tree, dict) and "base" in tree:
+            raise ValueError(f"{path} is a sweep, not a run config: run `kmipgt sweep {path}`")
     for text in overrides:
         _override(tree, text)
     return _build(Config, tree)

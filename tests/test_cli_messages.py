@@ -1,0 +1,110 @@
+"""What ``kmipgt`` tells a newcomer: the default job, config errors in one plain line before torch is
+imported, the shipped configs grouped, a real ``--help``."""
+
+import subprocess
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+import kmipgt.cli
+import kmipgt.train
+from kmipgt.bench.ragged import RaggedBenchConfig
+from kmipgt.cli import build_parser, main
+from kmipgt.configs import first_comment, list_configs
+from kmipgt.train import load_config
+
+SRC = Path(kmipgt.cli.__file__).parents[1]
+
+
+@pytest.fixture
+def trained(monkeypatch):
+    """The configs ``kmipgt train`` would train, in order (nothing is trained)."""
+    configs = []
+    monkeypatch.setattr(kmipgt.train, "train", lambda config, **kwargs: configs.append(config) or {
+        "complete": True, "metric": "accuracy", "test": 0.0})
+    return configs
+
+
+def test_train_without_a_config_is_the_main_job(trained, capsys):
+    assert main(["train"]) == 0
+    assert main(["train", "--config", "minnesota"]) == 0
+    assert main(["train", "--config", "configs/minnesota.yaml"]) == 0  # what `make demo` runs
+    assert trained[0] == trained[1] == trained[2] == load_config("minnesota")
+
+
+def test_an_unknown_key_names_the_closest_one(capsys):
+    assert main(["train", "--set", "model.kk=3"]) == 2
+    err = capsys.readouterr().err
+    assert err == "kmipgt: error: unknown config keys in 'model': 'kk' (did you mean 'k'?)\n"
+
+
+def test_a_key_with_no_close_match_lists_the_known_keys():
+    with pytest.raises(ValueError, match=r"'zzz'; known: .*\bk\b"):
+        load_config(None, ["model.zzz=1"])
+
+
+@pytest.mark.parametrize(("override", "expected"), [
+    ("model.k=1.5", "expects int, got 1.5"),
+    ("model.head_dim=x", "expects int | None, got 'x'"),
+    ("model.coord_columns=3", "expects list[int], got 3"),
+])
+def test_type_errors_name_types_as_they_are_written(capsys, override, expected):
+    assert main(["train", "--set", override]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and "<class" not in err
+
+
+def test_a_sweep_given_to_train_names_kmipgt_sweep(capsys):
+    assert main(["train", "--config", "sweeps/influence_of_k"]) == 2
+    assert capsys.readouterr().err == (
+        "kmipgt: error: sweeps/influence_of_k is a sweep, not a run config: run "
+        "`kmipgt sweep sweeps/influence_of_k`\n"
+    )
+
+
+def test_a_config_error_comes_before_torch_is_imported():
+    code = ("import sys; from kmipgt.cli import main; "
+            "assert main(['train', '--set', 'model.kk=3']) == 2; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    done = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(SRC)}, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr
+    assert "did you mean 'k'?" in done.stderr
+
+
+def test_configs_lists_run_configs_then_sweeps_with_their_first_comment_line(capsys):
+    assert main(["configs"]) == 0
+    out = capsys.readouterr().out
+    runs, sweeps = out.split("\n\n")
+    run_lines, sweep_lines = runs.splitlines(), sweeps.splitlines()
+    assert run_lines[0].startswith("run configs") and sweep_lines[0].startswith("sweeps")
+    assert [line.split()[0] for line in run_lines[1:]] == list_configs("run")
+    assert [line.split()[0] for line in sweep_lines[1:]] == list_configs("sweep")
+    assert sorted(list_configs("run") + list_configs("sweep")) == list_configs()
+    assert all(not name.startswith("sweeps/") for name in list_configs("run"))
+    minnesota = next(line for line in run_lines if line.split()[0] == "minnesota")
+    assert minnesota.split(None, 1)[1] == first_comment("minnesota")
+    assert first_comment("minnesota").startswith("The main job")
+
+
+def test_a_missing_config_lists_the_run_configs_only():
+    with pytest.raises(FileNotFoundError, match=r"shipped run configs: .*minnesota") as error:
+        load_config("no_such_config")
+    assert "sweeps/" not in str(error.value)
+
+
+def test_help_says_what_kmipgt_is_and_its_commands(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "k-MIP attention" in out and "parse, call the library" not in out
+    for command in ("train", "eval", "sweep", "configs", "data", "analysis", "bench"):
+        assert f"kmipgt {command}" in out
+
+
+def test_the_ragged_benchmarks_flags_match_its_config():
+    ragged = build_parser().parse_args(["bench", "ragged"])
+    assert {f.name: getattr(ragged, f.name) for f in fields(RaggedBenchConfig)} == {
+        f.name: f.default for f in fields(RaggedBenchConfig)}
