@@ -67,7 +67,8 @@ def test_torchrun_runs_the_command_on_two_ranks(tmp_path, one_process):
     sets = [arg for item in overrides for arg in ("--set", item)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "KMIPGT_CACHE": str(tmp_path / "cache"),
            "PYTHONPATH": os.pathsep.join([str(TESTS), *sys.path])}
-    args = ["--nproc-per-node", "2", str(TESTS / "ddp_runs.py"), "train", "--no-progress", *sets]
+    args = ["--nproc-per-node", "2", str(TESTS / "ddp_runs.py"), "train", "--no-progress",
+            "--config", str(TESTS / "defaults.yaml"), *sets]
     result = run_torchrun(args, env, timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
     (want,), (have,) = _columns(_log(one_process), "train_loss"), _columns(_log(out), "train_loss")

@@ -18,8 +18,9 @@ import kmipgt
 from kmipgt.cli import main
 from kmipgt.train.checkpoint import load_checkpoint, save_checkpoint
 
-BASE = ["--set", "data.name=digits_knn", "--set", "model.num_layers=1", "--set", "model.channels=8",
-        "--set", "model.k=4", "--set", "device=cpu", "--set", "threads=1"]
+DEFAULTS = Path(__file__).resolve().parents[1] / "defaults.yaml"
+BASE = ["--config", str(DEFAULTS), "--set", "data.name=digits_knn", "--set", "model.num_layers=1",
+        "--set", "model.channels=8", "--set", "model.k=4", "--set", "device=cpu", "--set", "threads=1"]
 
 
 @pytest.fixture(autouse=True)
