@@ -289,8 +289,7 @@ def test_baselines_on_graph_and_edge_tasks(tmp_path, monkeypatch, kind):
 def test_cli_trains_a_baseline_and_names_the_keys_it_ignores(tmp_path, capsys, caplog, monkeypatch):
     monkeypatch.setattr("kmipgt.train.datasets.load_raw", lambda config: _toy_road_graph())
     out = tmp_path / "run"
-    defaults = tmp_path / "defaults.yaml"  # the built-in defaults: `train` without --config is minnesota.yaml
-    defaults.write_text("{}\n")
+    defaults = Path(__file__).resolve().parents[1] / "defaults.yaml"
     main(["train", "--no-progress", "--config", str(defaults), "--set", f"out_dir={out}",
           "--set", "optim.epochs=2", "--set", "model.kind=gcn", "--set", "model.channels=16",
           "--set", "model.k=4", "--set", "model.local=gine",
