@@ -3,9 +3,8 @@
 The walks behind the mask depend only on the graph and the walk settings, so the GRF cores of one model
 share them: :class:`GRFWalkCache` holds one graph's walks and mask pattern, and :func:`share_walk_caches`
 hands one cache to every core of a model that samples alike. Each core keeps its own modulation f and
-random features. Scaled from 20,000 nodes, at London size (568,795 nodes) the shared cache with its
-int32 indices takes about 0.4 GB, where eight layers each holding their own int64 one took 7.5 GB
-(docs/scaling.md, "GRF walks").
+random features. One shared cache with int32 indices instead of one per layer is what lets a deep GRF
+model hold a London-size graph (docs/scaling.md, "GRF walks").
 """
 
 from __future__ import annotations

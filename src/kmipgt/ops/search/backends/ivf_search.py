@@ -26,11 +26,9 @@ __all__ = ["CALIBRATION_QUERIES", "topk_ivf"]
 # k-means is trained on at most this many keys per list (as faiss does), for a bounded build time.
 _TRAIN_POINTS_PER_LIST = 32
 _KMEANS_ITERATIONS = 8
-# Weight of the list radius in the probe score q̂·ĉ + w·r. Recall@16 at 32 of 1,024 lists, N = 262,144,
-# d = 16 (docs/search.md): trained-model tokens (head 0) 0.834 by centroid distance, 0.979 with w = 1/4,
-# 0.987 with 1/2, 0.974 with w = 1 (the ball bound q̂·k̂ <= q̂·ĉ + r); Gaussian keys 0.725, 0.721, 0.690 and
-# 0.562. k-means leaves far-out keys, often the best ones, in lists whose centroid is far from them; the
-# full bound over-rewards every spread-out list when there is no cluster structure.
+# Weight of the list radius in the probe score q̂·ĉ + w·r: k-means leaves far-out keys, often the best ones,
+# in lists whose centroid is far from them, while the full ball bound (w = 1) over-rewards every spread-out
+# list when there is no cluster structure; a quarter keeps the gain on trained tokens (docs/search.md).
 _RADIUS_WEIGHT = 0.25
 # Queries per index whose exact top-k calibrates nprobe for a recall target: the recall of 256 x k pairs
 # has a standard error of about 0.004 at 0.95 (k = 16), and their exact search is 256/N of an exact search.
