@@ -90,3 +90,24 @@ def test_auto_never_picks_a_backend_that_cannot_serve_k(monkeypatch):
     monkeypatch.setattr(triton_backend, "triton_available", lambda: True)
     assert auto_backend("cuda", torch.float32, k=triton_backend.MAX_TRITON_K).name == "triton"
     assert auto_backend("cuda", torch.float32, k=triton_backend.MAX_TRITON_K + 1).name == "torch"
+
+
+def test_layouts_of_inference_tensors_are_remembered_too():
+    with torch.inference_mode():
+        batch = torch.tensor([0, 0, 1])
+        layout = layout_of(3, torch.device("cpu"), batch)
+        assert layout.ptr.tolist() == [0, 2, 3] and layout_of(3, torch.device("cpu"), batch) is layout
+        attached = RaggedLayout(torch.tensor([0, 2, 3]))
+        attach_layout(batch, attached)
+        assert layout_of(3, torch.device("cpu"), batch) is attached
+
+
+def test_a_layout_is_checked_against_the_inputs_it_describes():
+    with pytest.raises(ValueError, match="int64 CPU offsets"):
+        RaggedLayout(torch.tensor([0, 2], dtype=torch.int32))
+    layout = RaggedLayout(torch.tensor([0, 4]), device="meta")
+    with pytest.raises(ValueError, match="the layout is for meta"):
+        attach_layout(torch.zeros(4, dtype=torch.long), layout)
+    tensors = [torch.randn(4, 1, 2) for _ in range(3)]
+    with pytest.raises(ValueError, match="`layout` is for meta"):
+        kmip_attention(*tensors, 2, layout=layout)

@@ -212,8 +212,9 @@ def kmip_attention(
             holds a NaN or inf (default; one reduction per tensor, which waits for a CUDA device). With
             False, non-finite inputs give unspecified results that differ between backends.
         layout: instead of ``ptr``/``batch``, the batch's :class:`~kmipgt.ops.ragged.RaggedLayout` (queries
-            are the keys), built once per batch: with it and ``check_finite=False`` a call on CUDA never
-            waits for the device.
+            are the keys), built once per batch: with it and ``check_finite=False``, a call on CUDA through
+            the fused kernel or the Triton search (float32/half, k <= 128) never waits for the device; the
+            torch search (float64, larger k) and the approximate backends still do.
         return_selection: also return the :class:`AttentionSelection` this call used: the searched key
             indices and scores and the softmax weights (before dropout), each ``[M, H, k']`` with
             ``k' = min(k, largest key graph)``. Costs nothing extra; off by default.
@@ -428,8 +429,11 @@ def _padded_graphs_sdpa(
         out[graph, position] = tensor
         return out.transpose(1, 2)  # [G, H, n_max, d]
 
-    # Padding keys are masked; padding queries see their graph's keys (never none) and are dropped.
-    mask = (torch.arange(key_width) < key_sizes[active][:, None]).to(query.device)[:, None, None, :]
+    # Padding keys are masked (no mask where no graph is padded: SDPA's memory-efficient kernels then
+    # serve); padding queries see their graph's keys (never none) and are dropped.
+    mask = None
+    if bool((key_sizes[active] < key_width).any()):
+        mask = (torch.arange(key_width) < key_sizes[active][:, None]).to(query.device)[:, None, None, :]
     attended = F.scaled_dot_product_attention(
         padded(query[rows], graph, position, width),
         padded(key[key_rows], key_graph, key_position, key_width),

@@ -171,7 +171,8 @@ class RaggedLayout:
     Host facts (``ptr``, ``num_graphs``, ``max_nodes``) let kernels size their grids and pick a path
     without reading the device; device tensors (``device_ptr`` and what :meth:`derived` caches) are copied
     without blocking. Every attention layer and both passes of a step read the same layout, so the
-    offsets are validated once and no forward or backward on CUDA waits on the host.
+    offsets are validated once, and k-MIP (fused kernels, Triton search) and full attention on CUDA need
+    no host sync for them.
 
     Args:
         ptr: ``[G + 1]`` validated CPU int64 offsets (:meth:`from_ptr` validates).
@@ -179,6 +180,11 @@ class RaggedLayout:
     """
 
     def __init__(self, ptr: Tensor, device: torch.device | str = "cpu"):
+        if ptr.device.type != "cpu" or ptr.dtype != torch.long or ptr.dim() != 1 or ptr.numel() == 0:
+            raise ValueError(
+                "RaggedLayout takes [G + 1] int64 CPU offsets (RaggedLayout.from_ptr validates and moves any "
+                f"ptr or batch), got {ptr.dtype} of shape {tuple(ptr.shape)} on {ptr.device}"
+            )
         self.ptr = ptr
         self.device = torch.device(device)
         self.num_nodes = int(ptr[-1])
@@ -203,7 +209,9 @@ class RaggedLayout:
         """A CPU tensor on the layout's device, copied from pinned memory without blocking the host."""
         if self.device.type == "cpu":
             return tensor
-        return tensor.pin_memory().to(self.device, non_blocking=True)
+        if self.device.type == "cuda":
+            tensor = tensor.pin_memory()
+        return tensor.to(self.device, non_blocking=True)
 
     def derived(self, name: str, compute) -> object:
         """``compute(self)`` the first time ``name`` is asked, the cached value afterwards."""
@@ -234,12 +242,30 @@ class RaggedLayout:
 _LAYOUTS: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
 
 
+def same_device(a: torch.device, b: torch.device) -> bool:
+    """Whether ``a`` and ``b`` name one device (``cuda`` and ``cuda:0`` do on a default device 0)."""
+    a, b = torch.device(a), torch.device(b)
+    if a.type != b.type:
+        return False
+    if a.index is None or b.index is None:
+        current = torch.cuda.current_device() if a.type == "cuda" else None
+        return (a.index if a.index is not None else current) == (b.index if b.index is not None else current)
+    return a.index == b.index
+
+
+def _version(batch: Tensor) -> int | None:
+    """The in-place version of ``batch``; None for inference tensors, which cannot change in place."""
+    return None if batch.is_inference() else batch._version
+
+
 def attach_layout(batch: Tensor, layout: RaggedLayout) -> None:
     """Remember ``layout`` as the layout of the ``[N]`` graph-id tensor ``batch`` (read by
     :func:`layout_of`); the loader calls it with the layout built from its CPU ``ptr``."""
     if layout.num_nodes != batch.numel():
         raise ValueError(f"the layout holds {layout.num_nodes} nodes, `batch` {batch.numel()}")
-    _LAYOUTS[batch] = (batch._version, layout)
+    if not same_device(layout.device, batch.device):
+        raise ValueError(f"the layout is for {layout.device}, `batch` is on {batch.device}")
+    _LAYOUTS[batch] = (_version(batch), layout)
 
 
 def layout_of(num_nodes: int, device: torch.device, batch: Tensor | None = None) -> RaggedLayout:
@@ -249,13 +275,17 @@ def layout_of(num_nodes: int, device: torch.device, batch: Tensor | None = None)
     computed again only if ``batch`` was changed in place. Computing it from a CUDA ``batch`` reads the
     ids back to the host once.
     """
+    device = torch.device(device)
     if batch is None:
-        return _single_graph_layout(num_nodes, torch.device(device))
+        return _single_graph_layout(num_nodes, device)
     remembered = _LAYOUTS.get(batch)
-    if remembered is not None and remembered[0] == batch._version and remembered[1].num_nodes == num_nodes:
-        return remembered[1]
+    if remembered is not None:
+        version, layout = remembered
+        unchanged = version == _version(batch) and layout.num_nodes == num_nodes
+        if unchanged and same_device(layout.device, device):
+            return layout
     layout = RaggedLayout.from_ptr(num_nodes, device, batch=batch)
-    _LAYOUTS[batch] = (batch._version, layout)
+    _LAYOUTS[batch] = (_version(batch), layout)
     return layout
 
 

@@ -7,7 +7,9 @@ On a batch of small graphs (molecules, peptides) the search-then-gather path of
 :func:`kmipgt.ops.triton_attention.triton_kmip_attention` on CUDA) do a graph's scores, selection,
 softmax and sum in one pass and keep only the ``[N, H, k]`` selection for the backward. They compute
 the same exact top-k as the search backends (ties to the lower index) and are chosen on host facts
-alone: the device, dtype, k, the batch's largest graph, and no attention dropout.
+alone: the device, dtype, k, the batch's largest graph and graph count against the CPU threads, and no
+attention dropout. Within a graph that holds a NaN or inf the result is unspecified (the CPU kernel never
+selects a NaN score, the Triton kernel ranks it first), as with ``check_finite=False`` anywhere.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from torch import Tensor
 
 # Imported for its side effect: every backend module registers itself.
 import kmipgt.ops.search.backends  # noqa: F401
-from kmipgt.ops.ragged import RaggedLayout, graph_ptr, key_graph_ptr
+from kmipgt.ops.ragged import RaggedLayout, graph_ptr, key_graph_ptr, same_device
 from kmipgt.ops.search.checks import check_query_key, require_finite
 from kmipgt.ops.search.ivf_common import ProbeCalibration, check_recall
 from kmipgt.ops.search.registry import SearchBackend, auto_backend, get_backend, registered_backends
@@ -124,6 +124,8 @@ def search_layout(
         return ptr, key_graph_ptr(ptr, key.shape[0], key_ptr=key_ptr, key_batch=key_batch)
     if any(given is not None for given in (ptr, batch, key_ptr, key_batch)):
         raise ValueError("pass either `layout` or `ptr`/`batch`/`key_ptr`/`key_batch`, not both")
+    if not same_device(layout.device, query.device):
+        raise ValueError(f"`layout` is for {layout.device}, the inputs are on {query.device}")
     if query.shape[0] != layout.num_nodes or key.shape[0] != layout.num_nodes:
         raise ValueError(
             f"`layout` holds {layout.num_nodes} nodes, got {query.shape[0]} queries and {key.shape[0]} keys"
