@@ -192,7 +192,6 @@ class RaggedLayout:
         sizes = ptr.diff()
         self.max_nodes = int(sizes.max()) if self.num_graphs else 0
         self._derived: dict[str, object] = {}
-        self.device_ptr = self.to_device(ptr)
 
     @classmethod
     def from_ptr(
@@ -218,6 +217,12 @@ class RaggedLayout:
         if name not in self._derived:
             self._derived[name] = compute(self)
         return self._derived[name]
+
+    @property
+    def device_ptr(self) -> Tensor:
+        """``[G + 1]`` offsets on the device, copied at the first use only (a path that needs none copies
+        nothing)."""
+        return self.derived("device_ptr", lambda layout: layout.to_device(layout.ptr))
 
     def node_graph_position(self) -> tuple[Tensor, Tensor]:
         """``[N]`` graph of each node and its position in that graph, on the device."""
