@@ -21,10 +21,10 @@ from typing import Any
 import torch
 
 from kmipgt.configs import config_path, list_configs
+from kmipgt.sweep import cell_overrides, expand, load_sweep
 from kmipgt.train.config import Config, load_config
 from kmipgt.train.datasets import PreparedData
 from kmipgt.train.models import build_model
-from kmipgt.train.sweep import cell_overrides, expand, load_sweep
 
 STORE = Path(__file__).parent / "fixtures" / "model_fingerprints.json"
 # The fake data every model is built for: feature sizes, output size, two graphs of 12 nodes (one graph

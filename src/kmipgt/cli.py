@@ -544,7 +544,7 @@ def _add_train_eval(commands: argparse._SubParsersAction) -> None:
 def _sweep(args: argparse.Namespace) -> int:
     import shlex
 
-    from kmipgt.train.sweep import cell_dir, cell_state, expand, load_sweep, run_sweep, write_reports
+    from kmipgt.sweep import cell_dir, cell_state, expand, load_sweep, run_sweep, write_reports
 
     sweep = load_sweep(args.sweep, out=args.out, overrides=args.overrides)
     cells = expand(sweep)

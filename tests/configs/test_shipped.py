@@ -7,8 +7,8 @@ import pytest
 import kmipgt.configs
 from kmipgt.cli import main
 from kmipgt.configs import config_path, list_configs
+from kmipgt.sweep import load_sweep
 from kmipgt.train import load_config
-from kmipgt.train.sweep import load_sweep
 
 SHIPPED = Path(kmipgt.configs.__file__).parent
 

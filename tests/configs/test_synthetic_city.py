@@ -2,9 +2,9 @@
 
 from torch_geometric.nn import GATConv
 
+from kmipgt.sweep import cell_overrides, expand, load_sweep
 from kmipgt.train import Trainer, load_config
 from kmipgt.train.config import config_differences, config_to_dict
-from kmipgt.train.sweep import cell_overrides, expand, load_sweep
 
 
 def test_the_shipped_recipe_is_the_study_cell_it_was_selected_from():

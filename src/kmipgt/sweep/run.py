@@ -1,0 +1,148 @@
+"""Running a sweep's cells: each in its own ``kmipgt train`` process, finished ones reused, one progress
+line per cell, and a results row per cell (a failure stays in its row and its ``error.txt``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+import kmipgt
+from kmipgt.sweep.spec import Cell, Sweep, cell_dir, cell_overrides, expand, format_value
+from kmipgt.train.config import config_differences, config_to_dict, load_config
+
+METRIC_COLUMNS = ("train", "val", "test", "best_epoch", "epochs", "seconds_per_epoch", "peak_memory_mb",
+                  "parameters")
+ERROR_TAIL_LINES = 40
+
+
+def _read_metrics(directory: Path) -> dict[str, Any] | None:
+    path = directory / "metrics.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def cell_state(sweep: Sweep, cell: Cell) -> str:
+    """``"done"`` (complete ``metrics.json``), ``"resume"`` (a ``last.pt`` only) or ``"new"``."""
+    directory = cell_dir(sweep, cell)
+    if (_read_metrics(directory) or {}).get("complete"):
+        return "done"
+    return "resume" if (directory / "last.pt").is_file() else "new"
+
+
+def _config_changed(sweep: Sweep, cell: Cell) -> bool:
+    """Whether a finished cell was trained with another config than the sweep now asks for (out_dir aside).
+
+    Unset ``threads`` matches any count: the run saved the count it resolved it to. Keys the saved config
+    lacks (written before they existed) count as their defaults.
+    """
+    with open(cell_dir(sweep, cell) / "config.yaml") as f:
+        saved = yaml.safe_load(f)
+    expected = config_to_dict(load_config(sweep.base, cell_overrides(sweep, cell)))
+    if expected["threads"] is None:
+        expected["threads"] = saved.get("threads")
+    return bool(set(config_differences(saved, expected)) - {"out_dir"})
+
+
+@dataclass
+class Outcome:
+    """A finished cell: its results row, wall-clock seconds and whether it was reused from an earlier run."""
+
+    cell: Cell
+    row: dict[str, Any]
+    seconds: float
+    reused: bool
+
+
+def _row(cell: Cell, metrics: dict[str, Any] | None, error: str = "") -> dict[str, Any]:
+    row: dict[str, Any] = {"cell": cell.name}
+    row.update({key: format_value(value) for key, value in cell.values.items()})
+    row["status"] = "failed" if error else "ok"
+    row["metric"] = (metrics or {}).get("metric", "")
+    row.update({column: (metrics or {}).get(column, "") for column in METRIC_COLUMNS})
+    row["error"] = error
+    return row
+
+
+def _child_environment() -> dict[str, str]:
+    """This environment with this process's ``kmipgt`` first on the path, so cells run the same code."""
+    source = str(Path(kmipgt.__file__).resolve().parents[1])
+    path = os.pathsep.join(filter(None, [source, os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path}
+
+
+def run_cell(sweep: Sweep, cell: Cell) -> Outcome:
+    """Train one cell in a fresh ``kmipgt train`` process (resuming its ``last.pt``), unless it is done."""
+    directory = cell_dir(sweep, cell)
+    state = cell_state(sweep, cell)
+    if state == "done":
+        if _config_changed(sweep, cell):
+            error = f"finished with another config than the sweep's; delete {directory} to train it again"
+            return Outcome(cell, _row(cell, None, error), 0.0, reused=True)
+        return Outcome(cell, _row(cell, _read_metrics(directory)), 0.0, reused=True)
+    directory.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "kmipgt", "train", "--config", str(sweep.base), "--no-progress"]
+    command += [part for override in cell_overrides(sweep, cell) for part in ("--set", override)]
+    # A "new" cell's directory may hold the files of an attempt that failed before its first checkpoint.
+    command += ["--resume"] if state == "resume" else ["--overwrite"]
+    start = time.monotonic()
+    process = subprocess.run(command, capture_output=True, text=True, env=_child_environment())
+    seconds = time.monotonic() - start
+    error_file = directory / "error.txt"
+    if process.returncode != 0:
+        lines = process.stderr.splitlines() or [f"exit code {process.returncode}"]
+        error_file.write_text("\n".join(lines[-ERROR_TAIL_LINES:]) + "\n")
+        last = next((line for line in reversed(lines) if line.strip()), f"exit code {process.returncode}")
+        return Outcome(cell, _row(cell, None, last.strip()), seconds, reused=False)
+    error_file.unlink(missing_ok=True)  # from an earlier failed attempt
+    return Outcome(cell, _row(cell, _read_metrics(directory)), seconds, reused=False)
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def _progress(done: int, total: int, outcome: Outcome, eta: float | None) -> str:
+    row = outcome.row
+    if row["status"] == "ok":
+        result = f"val {row['val']:.3f} test {row['test']:.3f}"
+    else:
+        result = f"FAILED: {row['error']}"
+    timing = "done earlier" if outcome.reused else _duration(outcome.seconds)
+    line = f"[{done}/{total}] {outcome.cell.label}: {result} ({timing})"
+    return line if eta is None or done == total else f"{line} ETA {_duration(eta)}"
+
+
+def run_sweep(sweep: Sweep, jobs: int = 1, echo: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Run every cell, ``jobs`` at a time, printing one line per finished cell; rows in grid order.
+
+    A failing cell keeps its stderr tail in ``cells/<cell>/error.txt`` and its last line in the row's
+    ``error``; the other cells still run.
+    """
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    cells = expand(sweep)
+    start, trained, outcomes = time.monotonic(), 0, {}
+    with ThreadPoolExecutor(max_workers=jobs) as pool:  # threads only wait on their cell's process
+        futures = [pool.submit(run_cell, sweep, cell) for cell in cells]
+        for done, future in enumerate(as_completed(futures), start=1):
+            outcome = future.result()
+            outcomes[outcome.cell.name] = outcome
+            trained += not outcome.reused
+            # Wall time per trained cell so far already reflects the parallelism of `jobs`.
+            eta = (time.monotonic() - start) / trained * (len(cells) - done) if trained else None
+            echo(_progress(done, len(cells), outcome, eta))
+    return [outcomes[cell.name].row for cell in cells]
