@@ -44,7 +44,7 @@ def _top_centroids(points: Tensor, centroids: Tensor, bias: Tensor, count: int) 
 
     With ``bias = -|c|²/2`` these are the nearest centroids by L2. On the CPU one exact search of
     ``[x, 1]`` among ``[c, bias]`` with the fused kernel, which never writes the ``[P, nlist]`` score matrix
-    (``addmm`` + torch's CPU ``topk`` took 1.0 s of a 2.8 s IVF search at N = 65,536); elsewhere
+    (faster than ``addmm`` + torch's CPU ``topk``: docs/search.md, "Approximate search"); elsewhere
     ``addmm`` + ``argmax``/``topk`` in chunks.
     """
     if points.device.type == "cpu" and points.dtype == torch.float32 and fused_library() is not None:
@@ -112,8 +112,7 @@ def _inverted_lists(
 
     Radii are returned weighted by :data:`_RADIUS_WEIGHT`, ready for the probe score ``q̂·ĉ + w·r``. Lists
     are numbered by decreasing ``|ĉ| + w·r``, the largest score a list can offer any query: the fused probe
-    selection then meets the likely winners first and inserts less (with w = 1: 0.75 s instead of 1.35 s
-    for the best 32 of 1,024 lists of 262,144 queries).
+    selection then meets the likely winners first and inserts less (docs/search.md, "Approximate search").
     """
     centroids = _kmeans(lifted_key, nlist, generator)
     key_list = _nearest_centroids(lifted_key, centroids, 1)[:, 0]
