@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import kmipgt.cli
+import kmipgt.configs
 import kmipgt.train
 from kmipgt.cli import main
 from kmipgt.configs import first_comment, list_configs
@@ -101,3 +102,21 @@ def test_help_says_what_kmipgt_is_and_its_commands(capsys):
     for command in ("train", "eval", "sweep", "configs", "data", "analysis", "bench"):
         assert f"kmipgt {command}" in out
 
+
+
+@pytest.mark.parametrize(("raised", "code", "err"), [
+    (ValueError("no copy under /data. Looked for:\n  /data/x.pt"), 2,
+     "kmipgt: error: no copy under /data. Looked for:\n  /data/x.pt\n"),
+    (RuntimeError("the compiler failed:\nline 1\nline 2"), 1, "kmipgt: error: the compiler failed:\n"),
+    (KeyboardInterrupt(), 130, "kmipgt: interrupted\n"),
+    (KeyboardInterrupt("interrupted in epoch 3"), 130, "kmipgt: interrupted in epoch 3\n"),
+])
+def test_every_error_of_a_command_is_printed_by_main(monkeypatch, capsys, raised, code, err):
+    """Bad input: its whole message, exit 2; anything else: its first line, exit 1; Ctrl-C: 130."""
+
+    def fail(*args):
+        raise raised
+
+    monkeypatch.setattr(kmipgt.configs, "list_configs", fail)
+    assert main(["configs"]) == code
+    assert capsys.readouterr().err == err

@@ -1,9 +1,10 @@
 """The ``kmipgt`` command line: parse, call the library, print.
 
 One module per group of commands (:mod:`~kmipgt.cli.train`, ``sweep``, ``configs``, ``data``,
-``analysis``, ``bench``), each with ``register(commands)``; every error reaches :func:`main`, which prints
-it in one place. Heavy imports (torch, PyG) happen inside the handlers, after the config is read and
-checked, so a bad key or option is reported at once.
+``analysis``, ``bench``), each with ``register(commands)``. A command raises its errors and :func:`main`
+prints them, one way for all (a bad command line is argparse's, in the same form). Heavy imports (torch,
+PyG) happen inside the handlers, after the config is read and checked, so a bad key or option is reported
+at once.
 """
 
 from __future__ import annotations

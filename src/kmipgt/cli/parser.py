@@ -22,9 +22,8 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         # `is`: 0 == False, and a default of 0 is shown.
-        if action.default is None or action.default is False or action.default == []:
-            return action.help
-        if "default" in (action.help or ""):
+        nothing = action.default is None or action.default is False or action.default == []
+        if nothing or "default" in (action.help or ""):
             return action.help
         return super()._get_help_string(action)
 
@@ -82,6 +81,7 @@ def csv(kind: type, container: type = list) -> Callable[[str], list | tuple]:
 
 
 def positive_int(text: str) -> int:
+    """argparse type of an integer >= 1."""
     try:
         value = int(text)
     except ValueError as error:
