@@ -6,6 +6,7 @@ import torch
 from kmipgt.bench.search import (
     SearchBenchConfig,
     _sampled_recall,
+    default_backends,
     load_tokens,
     measure_gemm,
     measure_search,
@@ -60,6 +61,11 @@ def test_tokens_are_subsampled_in_order(tmp_path):
     torch.save({"q": query}, path)
     with pytest.raises(ValueError, match="'query' and 'key'"):
         load_tokens(str(path), 4, seed=0)
+
+
+def test_the_default_backends_are_those_that_run_on_the_device():
+    assert SearchBenchConfig(n_values=[64]).backends == default_backends("cpu")
+    assert SearchBenchConfig(n_values=[64], device="cuda").backends == default_backends("cuda")
 
 
 def test_config_rejects_unknown_backend_and_missing_tokens(tmp_path):

@@ -11,8 +11,13 @@ from kmipgt.cli import main
 SMALL = ["model.num_layers=1", "model.channels=8", "model.heads=2"]
 
 
+def bench_config(**kwargs) -> TrainBenchConfig:
+    """A config whose cities have the generator's own road count (the default is London's)."""
+    return TrainBenchConfig(**{"edges_per_node": 0.0, **kwargs})
+
+
 def test_measures_each_point_in_its_own_run_and_fits_slopes(tmp_path):
-    config = TrainBenchConfig(n_values=[400, 200], methods=["none"], epochs=1, overrides=SMALL)
+    config = bench_config(n_values=[400, 200], methods=["none"], epochs=1, overrides=SMALL)
     result = run_train_benchmark(config, tmp_path)
     points = result["points"]
     assert [(p["method"], p["n"], p["status"]) for p in points] == [("none", 200, "ok"), ("none", 400, "ok")]
@@ -28,8 +33,8 @@ def test_slopes_are_least_squares_on_log_log():
 
 
 def test_a_point_predicted_over_the_memory_budget_is_skipped(tmp_path):
-    config = TrainBenchConfig(n_values=[200, 100000], methods=["none"], epochs=1, overrides=SMALL,
-                              memory_budget_gb=1.0, time_budget=1e6)
+    config = bench_config(n_values=[200, 100000], methods=["none"], epochs=1, overrides=SMALL,
+                          memory_budget_gb=1.0, time_budget=1e6)
     points = run_train_benchmark(config, tmp_path)["points"]
     assert points[0]["status"] == "ok"
     assert points[1]["status"] == "skipped" and "memory" in points[1]["reason"]
@@ -41,15 +46,15 @@ def test_a_point_predicted_over_the_memory_budget_is_skipped(tmp_path):
 ])
 def test_bad_configs(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        TrainBenchConfig(**kwargs)
+        bench_config(**kwargs)
 
 
 @pytest.mark.parametrize(("kwargs", "policy"), [({}, "live"), ({"allocator": "system"}, "system")])
 def test_each_point_gets_the_allocator_as_a_config_key(tmp_path, kwargs, policy):
     # Passed on the child's command line, not through environment variables; the user's --set still wins.
-    args = _train_args(TrainBenchConfig(n_values=[100], **kwargs), "none", 100, tmp_path)
+    args = _train_args(bench_config(n_values=[100], **kwargs), "none", 100, tmp_path)
     assert args[args.index(f"allocator={policy}") - 1] == "--set"
-    config = TrainBenchConfig(n_values=[100], overrides=["allocator=retain"])
+    config = bench_config(n_values=[100], overrides=["allocator=retain"])
     args = _train_args(config, "none", 100, tmp_path)
     assert args.index("allocator=retain") > args.index("allocator=live")
 

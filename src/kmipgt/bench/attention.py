@@ -27,14 +27,15 @@ PASSES = ("forward", "forward+backward")
 class AttentionBenchConfig(common.PointBenchConfig):
     """What to measure. ``n_values`` are nodes per graph; each point holds ``graphs`` such graphs."""
 
-    methods: list[str] = field(default_factory=lambda: list(METHODS))
-    backends: list[str] = field(default_factory=lambda: ["auto"])
-    passes: list[str] = field(default_factory=lambda: list(PASSES))
-    graphs: int = 1
-    heads: int = 1
-    dim: int = 32
-    dim_v: int = 32
-    k: int = 16
+    methods: list[str] = field(default_factory=lambda: list(METHODS), metadata={"help": "methods timed"})
+    backends: list[str] = field(default_factory=lambda: ["auto"], metadata={"help": (
+        "k-MIP search backends (default auto, the library's: fused on CPU, triton on CUDA, else torch)")})
+    passes: list[str] = field(default_factory=lambda: list(PASSES), metadata={"help": "passes timed"})
+    graphs: int = field(default=1, metadata={"help": "B graphs of N nodes each"})
+    heads: int = field(default=1, metadata={"help": "attention heads"})
+    dim: int = field(default=32, metadata={"help": "query/key head dimension d"})
+    dim_v: int = field(default=32, metadata={"help": "value head dimension"})
+    k: int = field(default=16, metadata={"help": "keys each query attends to"})
 
     def __post_init__(self) -> None:
         unknown = set(self.methods) - set(METHODS)

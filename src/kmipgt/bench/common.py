@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import platform
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -22,6 +22,7 @@ from kmipgt.bench.plotting import plot_scaling
 from kmipgt.logs import quiet
 
 __all__ = [
+    "DTYPES",
     "MEMORY_PANEL",
     "TIME_PANEL",
     "PointBenchConfig",
@@ -40,6 +41,7 @@ __all__ = [
 # Panels of :func:`~kmipgt.bench.plotting.plot_scaling`: (record field, axis label, factor).
 TIME_PANEL = ("time_median", "time (s, median)", 1.0)
 MEMORY_PANEL = ("peak_memory_bytes", "peak memory (MiB)", 2**-20)
+DTYPES = ("float32", "float16", "bfloat16", "float64")
 
 
 def check_positive(config: object, names: tuple[str, ...]) -> None:
@@ -52,20 +54,20 @@ def check_positive(config: object, names: tuple[str, ...]) -> None:
 
 @dataclass(kw_only=True)
 class PointBenchConfig:
-    """Sizes and run options of a benchmark whose points are budgeted (the CLI's ``_add_run_options``).
+    """Sizes and run options of a benchmark whose points are budgeted; each field's ``help`` is its
+    ``kmipgt bench`` flag's.
 
     ``n_values`` are sorted: budget predictions extrapolate from the previous, smaller N of a series.
-    ``time_budget`` is seconds per point over all its runs (``warmup + repeats``).
     """
 
     n_values: list[int]
-    repeats: int = 3
-    warmup: int = 1
-    device: str = "cpu"
-    dtype: str = "float32"
-    time_budget: float = 120.0
-    memory_budget_gb: float = 16.0
-    seed: int = 0
+    repeats: int = field(default=3, metadata={"help": "timed runs per point (median and range reported)"})
+    warmup: int = field(default=1, metadata={"help": "untimed runs per point first"})
+    device: str = field(default="cpu", metadata={"help": "torch device"})
+    dtype: str = field(default="float32", metadata={"help": "dtype of the inputs", "choices": DTYPES})
+    time_budget: float = field(default=120.0, metadata={"help": "seconds per point, all runs"})
+    memory_budget_gb: float = field(default=16.0, metadata={"help": "peak memory per point (GB)"})
+    seed: int = field(default=0, metadata={"help": "seed of the inputs"})
 
     def __post_init__(self) -> None:
         if not self.n_values or min(self.n_values) < 1:

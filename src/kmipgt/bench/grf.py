@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import torch
@@ -49,20 +49,22 @@ METHODS = ("grf", "grf_mask", "grf_asym", "linear", "dense", "grf_layer", "linea
 class GRFBenchConfig:
     """What to measure. Sizes are powers of two from ``n_min`` to ``n_max`` (both included)."""
 
-    n_min: int = 2**10
-    n_max: int = 2**18
-    heads: int = 4
-    head_channels: int = 16
-    num_walks: int = 4
-    p_halt: float = 0.5
-    max_len: int = 8
-    feature_map: str = "relu"
-    dense_max: int = 2**13
-    repeats: int = 3
-    threads: int = 1
-    time_budget: float = 600.0
-    seed: int = 0
-    methods: tuple[str, ...] | None = None  # a subset of METHODS; None: all of them
+    n_min: int = field(default=2**10, metadata={"help": "smallest N (power of two)"})
+    n_max: int = field(default=2**18, metadata={"help": "largest N (power of two)"})
+    heads: int = field(default=4, metadata={"help": "attention heads"})
+    head_channels: int = field(default=16, metadata={"help": "channels per head"})
+    num_walks: int = field(default=4, metadata={"help": "random walks per node"})
+    p_halt: float = field(default=0.5, metadata={"help": "probability that a walk halts at each step"})
+    max_len: int = field(default=8, metadata={"help": "longest walk (steps)"})
+    feature_map: str = field(default="relu", metadata={"help": "feature map f", "choices": ("relu", "elu")})
+    dense_max: int = field(default=2**13, metadata={"help": "largest N for the dense-mask baseline"})
+    repeats: int = field(default=3, metadata={"help": "timed forwards per point (minimum reported)"})
+    threads: int = field(default=1, metadata={"help": "torch threads per measurement"})
+    time_budget: float = field(default=600.0, metadata={"help": "seconds per point before time-out"})
+    seed: int = field(default=0, metadata={"help": "seed of the inputs and walks"})
+    methods: tuple[str, ...] | None = field(
+        default=None, metadata={"help": f"comma-separated subset of {','.join(METHODS)} (default: all)"}
+    )
 
     def walk_options(self) -> dict:
         """The walk options shared by the sampler and the GRF layer."""

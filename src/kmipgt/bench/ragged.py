@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
 
@@ -44,18 +44,18 @@ class RaggedBenchConfig:
     19 channels, k = 5.
     """
 
-    graphs: int = 200
-    min_nodes: int = 100
-    max_nodes: int = 199
-    heads: int = 4
-    dim: int = 19
-    k: int = 5
-    device: str = "cpu"
-    dtype: str = "float32"
-    threads: int = 1
-    repeats: int = 10
-    warmup: int = 2
-    seed: int = 0
+    graphs: int = field(default=200, metadata={"help": "graphs in the batch"})
+    min_nodes: int = field(default=100, metadata={"help": "smallest graph (uniform sizes)"})
+    max_nodes: int = field(default=199, metadata={"help": "largest graph"})
+    heads: int = field(default=4, metadata={"help": "attention heads"})
+    dim: int = field(default=19, metadata={"help": "channels per head"})
+    k: int = field(default=5, metadata={"help": "keys each query attends to"})
+    device: str = field(default="cpu", metadata={"help": "torch device"})
+    dtype: str = field(default="float32", metadata={"help": "dtype of the inputs"})
+    threads: int = field(default=1, metadata={"help": "torch CPU threads"})
+    repeats: int = field(default=10, metadata={"help": "interleaved timed rounds"})
+    warmup: int = field(default=2, metadata={"help": "untimed rounds first"})
+    seed: int = field(default=0, metadata={"help": "seed of the graph sizes and inputs"})
 
     def __post_init__(self) -> None:
         common.check_positive(self, ("graphs", "min_nodes", "heads", "dim", "k", "threads", "repeats"))

@@ -46,23 +46,33 @@ def default_backends(device: str) -> list[str]:
 class SearchBenchConfig(common.PointBenchConfig):
     """What to measure. ``n_values``: nodes of the one graph searched. ``tokens``: a saved-token file."""
 
-    backends: list[str] = field(default_factory=lambda: default_backends("cpu"))
-    gemm: bool = True
-    heads: int = 1
-    dim: int = 32
-    k: int = 16
-    nlist: int | None = None
-    nprobe: int | None = None
-    recall: float | None = None
-    clusters: int | None = None
-    tokens: str | None = None
-    recall_queries: int = 1024
+    backends: list[str] | None = field(
+        default=None, metadata={"help": "search backends (default: all available here, on `device`)"}
+    )
+    gemm: bool = field(default=True, metadata={"help": "also time the square-GEMM floor series"})
+    heads: int = field(default=1, metadata={"help": "attention heads"})
+    dim: int = field(default=32, metadata={"help": "query/key head dimension d"})
+    k: int = field(default=16, metadata={"help": "keys found per query"})
+    nlist: int | None = field(default=None, metadata={"help": "IVF lists (ivf, faiss); default ~2·sqrt(N)"})
+    nprobe: int | None = field(default=None, metadata={"help": "IVF lists probed (ivf, faiss)"})
+    recall: float | None = field(
+        default=None, metadata={"help": "ivf: calibrate nprobe per index to this recall@k target"}
+    )
+    clusters: int | None = field(
+        default=None, metadata={"help": "queries and keys around this many centres (not Gaussian)"}
+    )
+    tokens: str | None = field(
+        default=None, metadata={"help": "query/key tokens saved by `kmipgt train --save-tokens`"}
+    )
+    recall_queries: int = field(default=1024, metadata={"help": "queries sampled for recall@k"})
     # Fewer, longer runs than the base's defaults: a search point at large N takes minutes.
     repeats: int = 2
     time_budget: float = 300.0
-    threads: int | None = None
+    threads: int | None = field(default=None, metadata={"help": "torch CPU threads (default: one per core)"})
 
     def __post_init__(self) -> None:
+        if self.backends is None:
+            self.backends = default_backends(self.device)
         unknown = set(self.backends) - (set(SEARCH_BACKENDS) - {"auto"})
         if unknown:
             raise ValueError(f"`backends` must be among {SEARCH_BACKENDS[1:]}, got {sorted(unknown)}")

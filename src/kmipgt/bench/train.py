@@ -24,8 +24,9 @@ import numpy as np
 from tqdm import tqdm
 
 from kmipgt.bench.common import bench_result, write_result
+from kmipgt.data.city_networks import CITY_NUM_EDGES, CITY_NUM_NODES
 from kmipgt.logs import quiet
-from kmipgt.malloc import check_allocator
+from kmipgt.malloc import ALLOCATORS, check_allocator
 
 __all__ = ["METHODS", "TrainBenchConfig", "fitted_slopes", "run_train_benchmark"]
 
@@ -38,24 +39,30 @@ METHODS = {
 }
 # Growth of the time per epoch with N assumed when predicting a point's cost: exact search is quadratic.
 _TIME_EXPONENT = {"kmip_exact": 2.0}
-# City-Networks London: 756,502 undirected roads on 568,795 nodes.
-LONDON_EDGES_PER_NODE = 756502 / 568795
 
 
 @dataclass(kw_only=True)
 class TrainBenchConfig:
     """What ``kmipgt bench train`` measures: ``methods`` at every N of ``n_values`` (sorted), each point's
-    ``kmipgt train`` run under ``allocator`` (:mod:`kmipgt.malloc`)."""
+    ``kmipgt train`` run under ``allocator`` (:mod:`kmipgt.malloc`), on cities as sparse as London's road
+    graph by default."""
 
     n_values: list[int]
-    methods: list[str] = field(default_factory=lambda: ["none", "kmip_ivf"])
-    config: str = "synthetic_london"
-    edges_per_node: float = LONDON_EDGES_PER_NODE
-    epochs: int = 2
-    threads: int = 1
-    time_budget: float = 3600.0
-    memory_budget_gb: float = 16.0
-    allocator: str = "live"
+    edges_per_node: float = field(
+        default=CITY_NUM_EDGES["london"] / CITY_NUM_NODES["london"],
+        metadata={"help": "undirected roads per node (0: the generator's own)"},
+    )
+    methods: list[str] = field(
+        default_factory=lambda: ["none", "kmip_ivf"],
+        metadata={"help": f"comma-separated subset of {','.join(METHODS)}"},
+    )
+    config: str = field(default="synthetic_london", metadata={"help": "run config (path or shipped name)"})
+    epochs: int = field(default=2, metadata={"help": "epochs per point; the first is timed"})
+    threads: int = field(default=1, metadata={"help": "torch CPU threads of every point"})
+    time_budget: float = field(default=3600.0, metadata={"help": "seconds per point"})
+    memory_budget_gb: float = field(default=16.0, metadata={"help": "peak RSS per point (GB)"})
+    allocator: str = field(default="live", metadata={
+        "help": "config key `allocator` of every point (heap policy, kmipgt.malloc)", "choices": ALLOCATORS})
     overrides: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:

@@ -30,7 +30,9 @@ from kmipgt.data.road_graph import haversine_metres, road_network_data, symmetri
 from kmipgt.data.splits import index_to_mask, random_split_masks
 from kmipgt.safe_load import load_processed_dataset, torch_load_safely
 
+# The released cities' sizes: nodes, and undirected roads (City-Networks, arXiv 2503.09008).
 CITY_NUM_NODES = {"paris": 114_127, "shanghai": 183_917, "la": 240_587, "london": 568_795}
+CITY_NUM_EDGES = {"paris": 182_511, "shanghai": 262_092, "la": 341_523, "london": 756_502}
 FEATURE_FILES = {True: "node_features_augmented.pt", False: "node_features.pt"}
 EDGE_FILE = "edge_indices.pt"
 LABEL_FILE = "10-chunk_16-hop_node_labels.pt"

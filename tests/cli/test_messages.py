@@ -3,19 +3,18 @@ imported, the shipped configs grouped, a real ``--help``."""
 
 import subprocess
 import sys
-from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
 import kmipgt.cli
+import kmipgt.configs
 import kmipgt.train
-from kmipgt.bench.ragged import RaggedBenchConfig
-from kmipgt.cli import build_parser, main
+from kmipgt.cli import main
 from kmipgt.configs import first_comment, list_configs
 from kmipgt.train import load_config
 
-SRC = Path(kmipgt.cli.__file__).parents[1]
+SRC = Path(kmipgt.cli.__file__).parents[2]
 
 
 @pytest.fixture
@@ -104,7 +103,20 @@ def test_help_says_what_kmipgt_is_and_its_commands(capsys):
         assert f"kmipgt {command}" in out
 
 
-def test_the_ragged_benchmarks_flags_match_its_config():
-    ragged = build_parser().parse_args(["bench", "ragged"])
-    assert {f.name: getattr(ragged, f.name) for f in fields(RaggedBenchConfig)} == {
-        f.name: f.default for f in fields(RaggedBenchConfig)}
+
+@pytest.mark.parametrize(("raised", "code", "err"), [
+    (ValueError("no copy under /data. Looked for:\n  /data/x.pt"), 2,
+     "kmipgt: error: no copy under /data. Looked for:\n  /data/x.pt\n"),
+    (RuntimeError("the compiler failed:\nline 1\nline 2"), 1, "kmipgt: error: the compiler failed:\n"),
+    (KeyboardInterrupt(), 130, "kmipgt: interrupted\n"),
+    (KeyboardInterrupt("interrupted in epoch 3"), 130, "kmipgt: interrupted in epoch 3\n"),
+])
+def test_every_error_of_a_command_is_printed_by_main(monkeypatch, capsys, raised, code, err):
+    """Bad input: its whole message, exit 2; anything else: its first line, exit 1; Ctrl-C: 130."""
+
+    def fail(*args):
+        raise raised
+
+    monkeypatch.setattr(kmipgt.configs, "list_configs", fail)
+    assert main(["configs"]) == code
+    assert capsys.readouterr().err == err

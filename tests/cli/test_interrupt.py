@@ -15,7 +15,7 @@ import kmipgt.cli
 import kmipgt.train
 from kmipgt.cli import main
 
-SRC = Path(kmipgt.cli.__file__).parents[1]
+SRC = Path(kmipgt.cli.__file__).parents[2]
 # Minnesota with a one-layer, 4-channel model: about a second per epoch on one thread.
 TINY = ["--no-progress", *("--set", "model.channels=4", "--set", "model.num_layers=1"),
         *("--set", "threads=1", "--set", "device=cpu", "--set", "optim.warmup_epochs=0")]

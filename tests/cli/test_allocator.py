@@ -3,6 +3,7 @@
 import pytest
 
 import kmipgt.cli
+import kmipgt.cli.runs
 import kmipgt.train
 from kmipgt.cli import main
 
@@ -11,7 +12,7 @@ from kmipgt.cli import main
 def events(monkeypatch):
     """What the command did, in order: allocator policies applied and the library calls that build data."""
     seen = []
-    monkeypatch.setattr(kmipgt.cli, "use_allocator", lambda policy: seen.append(("allocator", policy)))
+    monkeypatch.setattr(kmipgt.cli.runs, "use_allocator", lambda policy: seen.append(("allocator", policy)))
     monkeypatch.setattr(kmipgt.cli, "retain_freed_memory", lambda: seen.append(("allocator", "retain*")))
     monkeypatch.setattr(kmipgt.train, "train", lambda config, **kwargs: seen.append(("train",)) or {})
     monkeypatch.setattr(kmipgt.train, "evaluate_run", lambda *args, **kwargs: seen.append(("eval",)) or {})

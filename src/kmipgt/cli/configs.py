@@ -1,0 +1,30 @@
+"""``kmipgt configs``: the shipped run configs and sweeps, each with its first comment line."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _configs(args: argparse.Namespace) -> int:
+    from kmipgt.configs import config_path, first_comment, list_configs
+
+    if args.paths:
+        for name in list_configs():
+            print(config_path(name))
+        return 0
+    groups = {"run configs (kmipgt train --config NAME)": "run", "sweeps (kmipgt sweep NAME)": "sweep"}
+    for number, (title, kind) in enumerate(groups.items()):
+        names = list_configs(kind)
+        width = max(map(len, names), default=0)
+        print(f"{chr(10) if number else ''}{title}:")
+        for name in names:
+            print(f"  {name:<{width}}  {first_comment(name)}".rstrip())
+    return 0
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "configs", help="list the shipped configs (train --config NAME and sweep NAME find them by name)"
+    )
+    parser.add_argument("--paths", action="store_true", help="print only each config's file path")
+    parser.set_defaults(handler=_configs)

@@ -1,0 +1,41 @@
+"""``kmipgt sweep``: train every cell of a grid of config overrides, then write the summaries."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+
+from kmipgt.cli.parser import add_overrides
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from kmipgt.sweep import cell_dir, cell_state, expand, load_sweep, run_sweep, write_reports
+
+    sweep = load_sweep(args.sweep, out=args.out, overrides=args.overrides)
+    cells = expand(sweep)
+    if args.dry_run:
+        print(f"{len(cells)} cells of {sweep.path} (base {sweep.base}) in {sweep.out}:")
+        for cell in cells:
+            print(f"  {cell.label}  [{cell_state(sweep, cell)}]  {cell_dir(sweep, cell)}")
+        return 0
+    print(f"{len(cells)} cells, {args.jobs} at a time, in {sweep.out}")
+    rows = run_sweep(sweep, jobs=args.jobs)
+    options = [f"--jobs={args.jobs}", f"--out={sweep.out}", *(f"--set={text}" for text in args.overrides)]
+    command = shlex.join(["kmipgt", "sweep", str(args.sweep), *options])
+    write_reports(sweep, rows, command)
+    failed = sum(row["status"] != "ok" for row in rows)
+    print(f"wrote {sweep.out / 'results.csv'}, summary.md, summary.csv, summary.png; {failed} cells failed")
+    return 1 if failed else 0
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("sweep", help="train each cell of a grid of config overrides; summarise")
+    parser.add_argument(
+        "sweep", type=Path, help="sweep YAML (a path or a shipped name, e.g. sweeps/influence_of_k)"
+    )
+    parser.add_argument("--jobs", type=int, default=1, help="cells trained at once, each in its own process")
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default: the file's out)")
+    add_overrides(parser, "optim.epochs=20 (added to the file's set, for every cell)")
+    parser.add_argument("--dry-run", action="store_true", help="list the cells and their state, then exit")
+    parser.set_defaults(handler=_sweep)

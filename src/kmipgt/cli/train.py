@@ -1,0 +1,116 @@
+"""``kmipgt train`` and ``kmipgt eval``: train a config (or continue a run), evaluate a trained run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from pathlib import Path
+
+from kmipgt.cli.parser import add_checkpoint, add_overrides, add_trust_checkpoint, positive_int
+from kmipgt.cli.runs import load_config, use_run_allocator
+
+
+def _train(args: argparse.Namespace) -> int:
+    config = load_config(args.config, [*args.overrides, *(["tensorboard=true"] if args.tensorboard else [])])
+    from kmipgt.train import train
+
+    try:
+        metrics = train(
+            config,
+            resume=args.resume,
+            stop_after=args.stop_after,
+            save_tokens=args.save_tokens,
+            progress=not args.no_progress,
+            overwrite=args.overwrite,
+            trust_checkpoint=args.trust_checkpoint,
+        )
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(_interrupted(config, args)) from None
+    print(json.dumps(metrics, indent=2))
+    if metrics.get("complete"):
+        print(f"test {metrics['metric']}: {metrics['test']:.4f}  (run directory: {config.out_dir})")
+    elif "epochs_done" in metrics:
+        print(f"stopped after epoch {metrics['epochs_done']} of {config.optim.epochs}; continue with: "
+              f"{_resume_command(config, args)}")
+    return 0
+
+
+def _resume_command(config, args: argparse.Namespace) -> str:
+    """The command that continues the run in ``config.out_dir``: its saved config.yaml holds every setting
+    (the resolved thread count included), so no override needs repeating."""
+    flags = [flag for flag, given in (("--save-tokens", args.save_tokens),
+                                      ("--trust-checkpoint", args.trust_checkpoint)) if given]
+    saved = str(Path(config.out_dir) / "config.yaml")
+    return shlex.join(["kmipgt", "train", "--config", saved, "--resume", *flags])
+
+
+def _interrupted(config, args: argparse.Namespace) -> str:
+    """One line on a run stopped by Ctrl-C: the epoch that ``last.pt`` keeps and how to continue."""
+    from kmipgt.train.checkpoint import load_checkpoint
+
+    try:
+        state = load_checkpoint(Path(config.out_dir) / "last.pt", ("state",), trust=args.trust_checkpoint)
+    except (FileNotFoundError, ValueError):
+        return "interrupted before an epoch was saved: nothing to resume; start again with --overwrite"
+    epoch = state["state"]["epoch"]
+    return (f"interrupted in epoch {epoch + 1} of {config.optim.epochs} (last.pt keeps epoch {epoch}); "
+            f"continue with: {_resume_command(config, args)}")
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from kmipgt.train import evaluate_run
+
+    use_run_allocator(args.run_dir, args.overrides)
+    metrics = evaluate_run(
+        args.run_dir, args.checkpoint, args.overrides, save_tokens=args.save_tokens,
+        trust_checkpoint=args.trust_checkpoint,
+    )
+    print(json.dumps(metrics, indent=2))
+    return 0
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    train = commands.add_parser("train", help="train a graph transformer from a YAML config")
+    train.add_argument(
+        "--config",
+        default="minnesota",
+        help="YAML config: a path, or a shipped config's name (kmipgt configs) (default: minnesota, the main "
+        "job, what make demo runs)",
+    )
+    add_overrides(train, "model.k=32")
+    again = train.add_mutually_exclusive_group()
+    again.add_argument("--resume", action="store_true", help="continue from out_dir/last.pt")
+    again.add_argument(
+        "--overwrite", action="store_true", help="replace the run already in out_dir (its files are deleted)"
+    )
+    train.add_argument(
+        "--stop-after",
+        type=positive_int,
+        default=None,
+        metavar="EPOCH",
+        help="stop after this epoch (continue later with --resume)",
+    )
+    add_trust_checkpoint(train, "the last.pt of --resume")
+    train.add_argument(
+        "--save-tokens",
+        action="store_true",
+        help="after training, save the first attention layer's query/key tokens to tokens.pt",
+    )
+    train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    train.add_argument(
+        "--tensorboard",
+        action="store_true",
+        help="also write scalars to out_dir/tensorboard (extra: tensorboard)",
+    )
+    train.set_defaults(handler=_train, config_allocator=True)
+    evaluate = commands.add_parser("eval", help="evaluate a trained run on every split")
+    evaluate.add_argument("run_dir", type=Path, help="run directory written by kmipgt train")
+    add_overrides(evaluate, "data.options.num_nodes=262144 (applied to the run's saved config)")
+    evaluate.add_argument(
+        "--save-tokens",
+        action="store_true",
+        help="also save the first attention layer's query/key tokens to out_dir/tokens.pt",
+    )
+    add_checkpoint(evaluate)
+    evaluate.set_defaults(handler=_eval, config_allocator=True)
