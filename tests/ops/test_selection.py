@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-import kmipgt.ops.attention as attention_ops
+import kmipgt.ops.full_softmax as full_softmax_ops
 from kmipgt.ops import full_attention_topk, kmip_attention
 from reference import reference_topk
 
@@ -57,8 +57,8 @@ def test_return_selection_is_the_forward_search_and_softmax(k):
 @pytest.mark.parametrize("k", [1, 3, 30])
 def test_full_attention_topk_is_the_largest_full_softmax_weights(k, monkeypatch):
     # Tiny score tiles, so the tiled log-sum-exp and the masks between graphs are exercised.
-    monkeypatch.setattr(attention_ops, "_LSE_TILE_ELEMENTS", 16)
-    monkeypatch.setattr(attention_ops, "_LSE_KEY_TILE", 4)
+    monkeypatch.setattr(full_softmax_ops, "_LSE_TILE_ELEMENTS", 16)
+    monkeypatch.setattr(full_softmax_ops, "_LSE_KEY_TILE", 4)
     query, key, _, ptr = _inputs(SIZES, seed=1)
     selection = full_attention_topk(query, key, k, ptr=ptr)
     dense = _dense_softmax(query, key, ptr)

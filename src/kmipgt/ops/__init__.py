@@ -4,7 +4,8 @@ Everything here takes tensors and returns tensors (no modules, no PyG objects), 
 model: ``kmip_attention(q, k, v, k=16, batch=batch)``.
 """
 
-from kmipgt.ops.attention import AttentionSelection, full_attention, full_attention_topk, kmip_attention
+from kmipgt.ops.attention import AttentionSelection, kmip_attention
+from kmipgt.ops.full_softmax import full_attention, full_attention_topk
 from kmipgt.ops.ragged import RaggedLayout, attach_layout, graph_ptr, layout_of
 from kmipgt.ops.search.dispatch import APPROXIMATE_BACKENDS, SEARCH_BACKENDS, topk_inner_product
 from kmipgt.ops.search.ivf_common import ProbeCalibration
