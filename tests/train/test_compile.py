@@ -5,7 +5,7 @@ import torch
 
 from kmipgt.train import Trainer, load_config
 from kmipgt.train.datasets import PreparedData
-from kmipgt.train.loop import compile_failure_hint
+from kmipgt.train.runtime import compile_failure_hint
 from kmipgt.train.validation import validate_config
 from tiny_runs import sign_graphs
 

@@ -18,6 +18,7 @@ from kmipgt.train.checkpoint import load_checkpoint
 from kmipgt.train.datasets import PreparedData
 from kmipgt.train.metrics import compute_metric, higher_is_better
 from kmipgt.train.task import forward as _forward
+from kmipgt.train.tokens import save_first_layer_tokens
 from tiny_runs import sign_graphs
 
 
@@ -121,7 +122,7 @@ def test_run_outputs_and_tokens(tmp_path):
         assert (tmp_path / name).is_file(), name
     assert json.loads((tmp_path / "metrics.json").read_text())["test"] == metrics["test"]
     assert len((tmp_path / "log.csv").read_text().strip().splitlines()) == 1 + 4
-    tokens = torch.load(trainer.save_tokens())
+    tokens = torch.load(save_first_layer_tokens(trainer))
     n = trainer.data.splits["test"][0].num_nodes
     assert tokens["query"].shape == tokens["key"].shape == (n, 4, 4)
     assert tokens["dataset"] == "toy" and tokens["layer"] == 0
@@ -328,7 +329,7 @@ def test_saved_tokens_of_position_keyed_attention_come_from_the_encodings(tmp_pa
     config.model.coord_columns, config.model.num_frequencies = [0, 1], 2
     config.model.attention_qk = "position"
     trainer = Trainer(config, _toy_graph_data())
-    tokens = torch.load(trainer.save_tokens())
+    tokens = torch.load(save_first_layer_tokens(trainer))
     first = collect_tokens(trainer.model, trainer.data.splits["test"][0])[0]
     torch.testing.assert_close(tokens["query"], first.query)
     torch.testing.assert_close(tokens["key"], first.key)

@@ -5,11 +5,8 @@ Task levels differ only in :mod:`kmipgt.train.task`; this module trains whicheve
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-import random
-import resource
 import sys
 import time
 from dataclasses import dataclass, field
@@ -29,8 +26,8 @@ from kmipgt.distributed.graph_model import PartitionedGraphTransformer
 from kmipgt.distributed.launch import current_ranks, rank_device
 from kmipgt.logs import quiet
 from kmipgt.malloc import effective_allocator, release_free_memory
-from kmipgt.nn import GraphTransformer, KMIPCore
-from kmipgt.train.atomic import atomic_write, atomic_write_text
+from kmipgt.nn import KMIPCore
+from kmipgt.train.atomic import atomic_write_text
 from kmipgt.train.branches import BranchMonitor, plot_branches
 from kmipgt.train.checkpoint import RESUME_KEYS, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from kmipgt.train.config import Config, config_differences, config_to_dict
@@ -39,106 +36,21 @@ from kmipgt.train.metrics import compute_metric, higher_is_better
 from kmipgt.train.models import build_model
 from kmipgt.train.partitioned import PartitionedNodeTask, partition_graph, rank_share
 from kmipgt.train.report import plot_curves, write_csv, write_json
+from kmipgt.train.runtime import (
+    compile_failure_hint,
+    non_finite_message,
+    out_of_memory_hint,
+    peak_memory_mb,
+    resolve_device,
+    seed_everything,
+    warmup_cosine,
+)
 from kmipgt.train.task import Step, compute_loss, forward, make_task
 from kmipgt.train.tensorboard import ScalarWriter
 
-__all__ = [
-    "PRECISIONS",
-    "Trainer",
-    "compile_failure_hint",
-    "out_of_memory_hint",
-    "peak_memory_mb",
-    "resolve_device",
-    "seed_everything",
-]
+__all__ = ["Trainer"]
 
-PRECISIONS = ("fp32", "bf16")
 logger = logging.getLogger(__name__)
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python, NumPy and torch so that a run is reproducible."""
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def resolve_device(name: str) -> torch.device:
-    """``"auto"`` -> CUDA when available, else CPU; anything else is passed to ``torch.device``."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
-def warmup_cosine(warmup_steps: int, total_steps: int):
-    """LR factor per optimiser step: linear warm-up to 1, then cosine decay to 0 at ``total_steps``."""
-
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / warmup_steps
-        progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
-        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
-
-    return factor
-
-
-@contextlib.contextmanager
-def out_of_memory_hint(config: Config):
-    """Turn out-of-memory failures into an error that says what to shrink; nothing is skipped."""
-    try:
-        yield
-    except (torch.OutOfMemoryError, MemoryError) as error:
-        raise MemoryError(_oom_message(config)) from error
-    except RuntimeError as error:
-        text = str(error)
-        if "out of memory" in text or "can't allocate memory" in text or "not enough memory" in text:
-            raise MemoryError(_oom_message(config)) from error
-        raise
-
-
-@contextlib.contextmanager
-def compile_failure_hint(compiled: bool):
-    """With ``compiled`` (``optim.compile: true``), turn a failure of ``torch.compile`` while it traces the
-    model (a TorchDynamo error, or the bare AssertionError some of its internal checks raise) into a
-    RuntimeError that names the option; the model's own errors pass unchanged."""
-    if not compiled:
-        yield
-        return
-    try:
-        yield
-    except (torch._dynamo.exc.TorchDynamoException, AssertionError) as error:
-        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        raise RuntimeError(
-            f"torch.compile failed on this model ({type(error).__name__}: {first}); train it uncompiled "
-            "with optim.compile: false (docs/training.md lists what compiles)"
-        ) from error
-
-
-def _oom_message(config: Config) -> str:
-    m = config.model
-    what = f"{m.attention!r} attention" if m.kind == "gps" else f"the {m.kind!r} baseline"
-    return (
-        f"out of memory training {what} (k={m.k}, heads={m.heads}, channels={m.channels}, "
-        f"batch_size={config.data.batch_size}). Try a smaller model.k, fewer model.heads or model.channels, "
-        "a smaller data.batch_size, or an approximate search backend via model.attention_options.backend."
-    )
-
-
-def _non_finite_message(loss: float, epoch: int, config: Config) -> str:
-    what = "NaN" if math.isnan(loss) else "inf"
-    kept = f"last.pt keeps epoch {epoch - 1}" if epoch > 1 else "nothing was saved"
-    return (
-        f"the training loss became {what} in epoch {epoch}, so training stopped ({kept}). "
-        f"Try a smaller optim.lr (now {config.optim.lr}), gradient clipping (optim.grad_clip, now "
-        f"{config.optim.grad_clip}) or optim.precision=fp32, and check the inputs for NaN or inf"
-    )
-
-
-def peak_memory_mb(device: torch.device) -> float:
-    """Peak CUDA memory allocated by torch on ``device``, or the process's peak resident set on CPU."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _search_recall(model: torch.nn.Module) -> float | None:
@@ -417,7 +329,7 @@ class Trainer:
         with out_of_memory_hint(self.config):
             loss = self._train_epoch()
         if not math.isfinite(loss):
-            raise FloatingPointError(_non_finite_message(loss, epoch + 1, self.config))
+            raise FloatingPointError(non_finite_message(loss, epoch + 1, self.config))
         row: dict[str, Any] = {
             "epoch": epoch + 1,
             "lr": self.optimizer.param_groups[0]["lr"],
@@ -482,43 +394,3 @@ class Trainer:
         if self.writes_files:
             write_json(self.run_dir / "metrics.json", metrics)
         return metrics
-
-    @torch.no_grad()
-    def save_tokens(self) -> Path:
-        """Dump the first attention layer's query/key tokens on the full graph (eval mode) to ``tokens.pt``.
-
-        Format: ``{"query": [N, H, d], "key": [N, H, d], "dataset": name, "layer": 0}`` — the input of
-        ``kmipgt bench search``. For graph-level data the graph is the first test graph, for edge-level data
-        the test split's message-passing graph.
-        """
-        if not isinstance(self.model, GraphTransformer) or not self.model.layers:
-            raise ValueError("save_tokens needs a GPS model (model.kind=gps) with at least one layer")
-        if self.model.layers[0].attention is None:
-            raise ValueError("save_tokens needs a model whose first layer has global attention")
-        attention = self.model.layers[0].attention
-        if not hasattr(attention, "query_key_value"):
-            raise ValueError(f"{type(attention).__name__} does not expose query/key tokens")
-        graph = self.task.token_graph()
-        captured = {}
-
-        def capture(module, args, kwargs):
-            # Position-keyed attention projects its queries and keys from qk_x, not from the layer input.
-            query, key, _ = module.query_key_value(args[0], kwargs.get("qk_x"))
-            captured["query"], captured["key"] = query, key
-
-        self.model.eval()
-        handle = attention.register_forward_pre_hook(capture, with_kwargs=True)
-        try:
-            forward(self.model, graph.to(self.device))
-        finally:
-            handle.remove()
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        path = self.run_dir / "tokens.pt"
-        tokens = {
-            "query": captured["query"].cpu(),
-            "key": captured["key"].cpu(),
-            "dataset": self.data.name,
-            "layer": 0,
-        }
-        atomic_write(path, lambda f: torch.save(tokens, f))
-        return path

@@ -14,9 +14,11 @@ from kmipgt.distributed.collect import run_on_main
 from kmipgt.distributed.launch import Ranks, process_group
 from kmipgt.train.checkpoint import RESUME_KEYS, load_checkpoint
 from kmipgt.train.config import Config, load_config
-from kmipgt.train.loop import Trainer, out_of_memory_hint, resolve_device
+from kmipgt.train.loop import Trainer
 from kmipgt.train.rundir import prepare_run
+from kmipgt.train.runtime import out_of_memory_hint, resolve_device
 from kmipgt.train.task import SplitGraph
+from kmipgt.train.tokens import save_first_layer_tokens
 
 __all__ = ["evaluate_run", "load_run", "split_graph", "train"]
 
@@ -68,7 +70,7 @@ def _train_run(
         trainer.restore(checkpoint)
     metrics = trainer.fit(stop_after=stop_after, progress=progress)
     if save_tokens and metrics.get("complete") and trainer.writes_files:
-        metrics["tokens"] = str(trainer.save_tokens())
+        metrics["tokens"] = str(save_first_layer_tokens(trainer))
     return metrics
 
 
@@ -131,7 +133,7 @@ def evaluate_run(
         if trainer.config.task.report:
             metrics["report"] = trainer.evaluate_metrics(trainer.config.task.report)
         if save_tokens:
-            metrics["tokens"] = str(trainer.save_tokens())
+            metrics["tokens"] = str(save_first_layer_tokens(trainer))
     return metrics
 
 

@@ -20,9 +20,9 @@ from kmipgt.nn.attention import ATTENTION_KINDS
 from kmipgt.nn.gps_layer import ATTENTION_ORDERS, LOCAL_KINDS, NORM_KINDS, NORM_POSITIONS
 from kmipgt.nn.model import ATTENTION_QK, POOLINGS, TASKS
 from kmipgt.train.config import Config
-from kmipgt.train.loop import PRECISIONS
 from kmipgt.train.metrics import METRICS
 from kmipgt.train.models import MODEL_BUILDERS
+from kmipgt.train.runtime import PRECISIONS
 from kmipgt.train.task import LOSSES
 from kmipgt.train.tensorboard import require_tensorboard
 
