@@ -70,9 +70,9 @@ def test_a_redeclared_field_keeps_the_base_help_and_takes_its_own_default():
     assert parser.parse_args([]).count == 5 and "how many (default: 5)" in parser.format_help()
 
 
-def test_excluded_fields_and_given_defaults():
-    args = _parser(exclude=("names", "sizes"), defaults={"count": 9}).parse_args([])
-    assert args.count == 9 and not hasattr(args, "names") and not hasattr(args, "sizes")
+def test_excluded_fields_get_no_option():
+    args = _parser(exclude=("names", "sizes")).parse_args([])
+    assert args.count == 3 and not hasattr(args, "names") and not hasattr(args, "sizes")
 
 
 def test_a_field_without_help_or_default_is_refused():

@@ -116,19 +116,15 @@ def add_fields(
     parser: argparse.ArgumentParser,
     config_class: type,
     exclude: Iterable[str] = (),
-    defaults: dict[str, object] | None = None,
 ) -> None:
     """One option per field of the dataclass ``config_class``, not in ``exclude``: ``--field-name`` (and
-    ``-x`` for a one-letter field), typed by its annotation, its default the field's (or ``defaults``'s),
-    its help and choices the field's metadata ``help`` and ``choices``. A bool field is ``--x/--no-x``."""
+    ``-x`` for a one-letter field), typed by its annotation, its default the field's, its help and choices
+    the field's metadata ``help`` and ``choices``. A bool field is ``--x/--no-x``."""
     hints = typing.get_type_hints(config_class)
-    defaults = defaults or {}
     for field in fields(config_class):
         if field.name in exclude:
             continue
-        if field.name in defaults:
-            default = defaults[field.name]
-        elif field.default is not MISSING:
+        if field.default is not MISSING:
             default = field.default
         elif field.default_factory is not MISSING:
             default = field.default_factory()
