@@ -166,7 +166,9 @@ def _streamed_level(
         check = partial(_with_node_labels, name=config.data.name)
         splits = {s: graphs.map(check) for s, graphs in splits.items()}
     first = splits["train"][0]
-    keys = ["x", *(["edge_attr"] if first.edge_attr is not None else [])]
+    keys = []  # the z-scored features
+    if config.data.normalize_features:
+        keys = ["x", *(["edge_attr"] if first.edge_attr is not None else [])]
     moments: dict[str, tuple] = {key: (0, None, None) for key in keys}
     # Per chunk the largest label (or label row), so that _out_channels sees what it would in the labels.
     label_max = []
@@ -174,12 +176,12 @@ def _streamed_level(
         for key in keys:
             moments[key] = _moments([graph[key] for graph in chunk], *moments[key])
         label_max.append(torch.cat([graph.y for graph in chunk]).amax(0))
-    if config.data.normalize_features:
-        stats = {}
-        for key in keys:
-            count, mean, m2 = moments[key]
-            dtype = first[key].dtype
-            stats[key] = (mean.to(dtype), (m2 / (count - 1)).sqrt().to(dtype).clamp_min(1e-6))
+    stats = {}
+    for key in keys:
+        count, mean, m2 = moments[key]
+        dtype = first[key].dtype
+        stats[key] = (mean.to(dtype), (m2 / (count - 1)).sqrt().to(dtype).clamp_min(1e-6))
+    if stats:
         splits = {s: graphs.map(partial(_z_score, stats=stats)) for s, graphs in splits.items()}
     if config.data.virtual_node:
         splits = {s: graphs.map(add_virtual_node) for s, graphs in splits.items()}
