@@ -1,8 +1,10 @@
-"""Loaders of local ShapeNet-Part and S3DIS copies against the files they read; missing files' errors."""
+"""Loaders of local ShapeNet-Part and S3DIS copies against the files they read, streamed S3DIS splits, and
+missing files' errors."""
 
 import numpy as np
 import pytest
 import torch
+from torch_geometric.data import Data
 
 from kmipgt.data import knn_graph, load_dataset
 from kmipgt.data.shapenet_part import shapenet_part, shapenet_part_category_parts
@@ -122,3 +124,21 @@ def test_s3dis_block_count_must_match_the_room_list(tmp_path):
     rooms.write_text("".join(rooms.read_text().splitlines(keepends=True)[:-1]))
     with pytest.raises(ValueError, match=r"names 6 blocks, the \.h5 files hold 7"):
         load_dataset("s3dis", root=tmp_path, stream=True)
+
+
+def test_streamed_graphs_read_a_batch_or_a_chunk_at_a_time():
+    calls = []
+
+    def read(ids):
+        calls.append(list(ids))
+        return [Data(x=torch.tensor([[float(i)]])) for i in ids]
+
+    graphs = StreamedGraphs(read, [5, 3, 9, 1, 7], chunk_size=2).map(lambda g: Data(x=g.x * 10))
+    assert [float(g.x) for g in graphs] == [50, 30, 90, 10, 70] and calls == [[5, 3], [9, 1], [7]]
+    calls.clear()
+    assert [float(g.x) for g in graphs.__getitems__([4, 0, 4])] == [70, 50, 70] and calls == [[7, 5, 7]]
+    assert [float(g.x) for g in graphs[1:3]] == [30, 90] and [float(g.x) for g in graphs.subset([3])] == [10]
+    with pytest.raises(TypeError, match="ints"):
+        graphs[1.0]
+    with pytest.raises(ValueError, match="chunk_size"):
+        StreamedGraphs(read, [1], chunk_size=0)
