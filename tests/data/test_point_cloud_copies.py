@@ -1,11 +1,14 @@
-"""Loaders of local ShapeNet-Part and S3DIS copies against the files they read; missing files' errors."""
+"""Loaders of local ShapeNet-Part and S3DIS copies against the files they read, streamed S3DIS splits, and
+missing files' errors."""
 
 import numpy as np
 import pytest
 import torch
+from torch_geometric.data import Data
 
 from kmipgt.data import knn_graph, load_dataset
 from kmipgt.data.shapenet_part import shapenet_part, shapenet_part_category_parts
+from kmipgt.data.streamed import StreamedGraphs
 from point_cloud_copies import SHAPES, write_s3dis, write_shapenet_part
 
 
@@ -86,3 +89,56 @@ def test_s3dis_without_h5py_is_a_clear_message(tmp_path, monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_h5py)
     with pytest.raises(ImportError, match=r"pip install 'kmipgt\[s3dis\]'"):
         load_dataset("s3dis", root=tmp_path)
+
+
+def _same_graph(a, b) -> bool:
+    return set(a.keys()) == set(b.keys()) and all(torch.equal(a[key], b[key]) for key in sorted(a.keys()))
+
+
+@pytest.mark.requires("h5py")
+def test_s3dis_streams_the_blocks_it_would_hold(tmp_path):
+    data, label = write_s3dis(tmp_path)
+    held = load_dataset("s3dis", root=tmp_path, k=4, val_blocks=1)
+    streamed = load_dataset("s3dis", root=tmp_path, k=4, val_blocks=1, stream=True)
+    for split in ("train", "val", "test"):
+        assert isinstance(streamed[split], StreamedGraphs) and len(streamed[split]) == len(held[split])
+        assert all(_same_graph(a, b) for a, b in zip(held[split], streamed[split], strict=True))
+    train = streamed["train"]
+    # A mini-batch in any order, with repeats, is read in one call and comes back in that order.
+    batch = train.__getitems__([3, 0, 3, -1])
+    assert all(_same_graph(a, held["train"][i]) for a, i in zip(batch, [3, 0, 3, -1], strict=True))
+    assert all(_same_graph(a, b) for a, b in zip(train[1:3], held["train"][1:3], strict=True))
+    assert all(_same_graph(a, held["train"][i]) for a, i in zip(train.subset([2, 0]), [2, 0], strict=True))
+    # The first test block against the file itself: area 6's blocks are rows 4 and 5.
+    first = streamed["test"][0]
+    assert torch.equal(first.x, torch.from_numpy(data[4])) and torch.equal(first.y, torch.from_numpy(
+        label[4].astype(np.int64))) and torch.equal(first.edge_index, knn_graph(first.pos, 4))
+    with pytest.raises(IndexError, match="does not exist"):
+        train[len(train)]
+
+
+@pytest.mark.requires("h5py")
+def test_s3dis_block_count_must_match_the_room_list(tmp_path):
+    write_s3dis(tmp_path)
+    rooms = tmp_path / "indoor3d_sem_seg_hdf5_data" / "room_filelist.txt"
+    rooms.write_text("".join(rooms.read_text().splitlines(keepends=True)[:-1]))
+    with pytest.raises(ValueError, match=r"names 6 blocks, the \.h5 files hold 7"):
+        load_dataset("s3dis", root=tmp_path, stream=True)
+
+
+def test_streamed_graphs_read_a_batch_or_a_chunk_at_a_time():
+    calls = []
+
+    def read(ids):
+        calls.append(list(ids))
+        return [Data(x=torch.tensor([[float(i)]])) for i in ids]
+
+    graphs = StreamedGraphs(read, [5, 3, 9, 1, 7], chunk_size=2).map(lambda g: Data(x=g.x * 10))
+    assert [float(g.x) for g in graphs] == [50, 30, 90, 10, 70] and calls == [[5, 3], [9, 1], [7]]
+    calls.clear()
+    assert [float(g.x) for g in graphs.__getitems__([4, 0, 4])] == [70, 50, 70] and calls == [[7, 5, 7]]
+    assert [float(g.x) for g in graphs[1:3]] == [30, 90] and [float(g.x) for g in graphs.subset([3])] == [10]
+    with pytest.raises(TypeError, match="ints"):
+        graphs[1.0]
+    with pytest.raises(ValueError, match="chunk_size"):
+        StreamedGraphs(read, [1], chunk_size=0)

@@ -14,6 +14,7 @@ from kmipgt.train.segmentation_metrics import (
     mean_iou,
     overall_accuracy,
     shape_ious,
+    shape_metric,
 )
 
 
@@ -69,6 +70,11 @@ def test_shape_ious_use_the_category_parts_only():
     assert ious.tolist() == pytest.approx(expected)
     assert instance_miou(ious) == pytest.approx(np.mean(expected))
     assert class_miou(ious, category) == pytest.approx((expected[0] + (expected[1] + expected[2]) / 2) / 2)
+    logits = torch.nn.functional.one_hot(pred, 5).float()
+    instance = shape_metric("instance_miou", logits, target, ptr, category, parts)
+    assert instance == pytest.approx(np.mean(expected))
+    assert shape_metric("class_miou", logits, target, ptr, category, parts) == pytest.approx(
+        (expected[0] + (expected[1] + expected[2]) / 2) / 2)
 
 
 def test_bad_inputs():

@@ -9,6 +9,10 @@ folder or its parent)::
 The 9 columns of ``data`` are block-centred xyz, rgb in [0, 1] and room-normalised xyz, the paper's
 features. Reading HDF5 needs ``h5py`` (``pip install 'kmipgt[s3dis]'``). PyG's ``S3DIS`` reads the same
 files but writes a processed copy under ``root`` and downloads on a missing file.
+
+The whole set (about 23,600 blocks, 3.5 GB of features and more than 40 GB of kNN graphs at k = 32) does not
+fit in memory: ``stream=True`` reads each mini-batch's blocks from the files and builds their graphs when
+the batch is drawn.
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ import torch
 from torch_geometric.data import Data
 
 from kmipgt.data.point_cloud import knn_graph
+from kmipgt.data.streamed import StreamedGraphs
 
-__all__ = ["S3DIS_CLASSES", "s3dis", "split_by_area"]
+__all__ = ["S3DIS_CLASSES", "S3DISBlocks", "area_split", "s3dis", "split_by_area"]
 
 S3DIS_CLASSES = (
     "ceiling", "floor", "wall", "beam", "column", "window", "door", "table", "chair", "sofa", "bookcase",
@@ -63,10 +68,67 @@ def _block(data: np.ndarray, label: np.ndarray, k: int, symmetric: bool, area: i
                 edge_index=knn_graph(pos, k, symmetric=symmetric))
 
 
+def _areas(rooms: Path) -> list[int]:
+    """The area of each block, from ``room_filelist.txt``'s ``Area_<a>_<room>`` lines."""
+    areas = []
+    for name in rooms.read_text().split():
+        match = re.match(r"Area_(\d)_", name)
+        if match is None:
+            raise ValueError(f"{rooms}: expected Area_<a>_<room> names, got {name!r}")
+        areas.append(int(match.group(1)))
+    return areas
+
+
+class S3DISBlocks:
+    """Reads blocks of a local S3DIS copy (module docstring's layout) by index, each as one kNN graph.
+
+    Block ``i`` is the ``i``-th row over the ``.h5`` files in order, of area ``areas[i]``. Calling the
+    reader with block indices reads just those rows (one HDF5 selection per file) and builds their graphs,
+    so it can feed a :class:`~kmipgt.data.streamed.StreamedGraphs`. The files' shapes are checked when it is
+    made, from their headers; no data is read then.
+    """
+
+    def __init__(self, files: list[Path], areas: list[int], k: int, symmetric: bool, rooms: Path):
+        h5py = _h5py()
+        self.files, self.areas, self.k, self.symmetric = files, areas, k, symmetric
+        sizes = []
+        for path in files:
+            with h5py.File(path, "r") as file:
+                data, label = file["data"].shape, file["label"].shape
+            if len(data) != 3 or data[2] != 9 or label != data[:2]:
+                raise ValueError(f"{path}: expected data [B, P, 9] and label [B, P], got {data} and {label}")
+            sizes.append(data[0])
+        if sum(sizes) != len(areas):
+            raise ValueError(f"{rooms} names {len(areas)} blocks, the .h5 files hold {sum(sizes)}")
+        self._starts = np.cumsum([0, *sizes])
+
+    def __len__(self) -> int:
+        return len(self.areas)
+
+    def __call__(self, blocks: list[int]) -> list[Data]:
+        """The graphs of ``blocks`` (indices in ``[0, len)``, any order, repeats allowed), in that order."""
+        h5py = _h5py()
+        wanted = np.asarray(blocks, dtype=np.int64)
+        if wanted.size and (wanted.min() < 0 or wanted.max() >= len(self)):
+            raise IndexError(f"block indices must be in [0, {len(self)}), got {blocks}")
+        graphs: list[Data | None] = [None] * len(wanted)
+        file_of = np.searchsorted(self._starts, wanted, side="right") - 1
+        for index in np.unique(file_of):
+            # HDF5 selections take increasing, distinct rows: read those, then hand them out.
+            mine = np.flatnonzero(file_of == index)
+            rows, where = np.unique(wanted[mine] - self._starts[index], return_inverse=True)
+            with h5py.File(self.files[index], "r") as file:
+                data, label = file["data"][rows], file["label"][rows]
+            for slot, row in zip(mine, where.reshape(-1), strict=True):
+                graphs[slot] = _block(data[row], label[row], self.k, self.symmetric,
+                                      self.areas[int(wanted[slot])])
+        return graphs  # type: ignore[return-value]
+
+
 def s3dis(
     root: str | Path, test_area: int = 6, k: int = 32, symmetric: bool = False, val_blocks: int | None = None,
-    seed: int = 0,
-) -> dict[str, list[Data]]:
+    seed: int = 0, stream: bool = False,
+) -> dict[str, list[Data] | StreamedGraphs]:
     """The blocks of a local S3DIS copy (module docstring's layout), one graph each, split by area.
 
     Args:
@@ -76,47 +138,36 @@ def s3dis(
         symmetric: symmetrise the kNN graphs (default directed, as the paper).
         val_blocks: blocks of the other areas drawn (with ``seed``) for validation and left out of training;
             None: as many as the test area has, as the paper's validation set.
+        stream: each split a :class:`~kmipgt.data.streamed.StreamedGraphs` that reads its blocks from the
+            files when asked for and builds their kNN graphs then, so memory holds a mini-batch of blocks
+            rather than the whole set (the same graphs, in the same order, as the lists of the default).
 
     Returns:
-        ``{"train", "val", "test"}`` lists of ``Data``: ``x [4096, 9]`` (xyz, rgb, room-normalised xyz),
-        ``pos [4096, 3]``, ``y [4096]`` classes of :data:`S3DIS_CLASSES`, ``area [1]`` and ``edge_index``.
+        ``{"train", "val", "test"}`` lists (or streams) of ``Data``: ``x [4096, 9]`` (xyz, rgb,
+        room-normalised xyz), ``pos [4096, 3]``, ``y [4096]`` classes of :data:`S3DIS_CLASSES`, ``area [1]``
+        and ``edge_index``.
 
     A missing root or file is a FileNotFoundError naming the expected layout; missing h5py an ImportError.
     """
     if not isinstance(test_area, int) or not 1 <= test_area <= 6:
         raise ValueError(f"test_area must be an int in 1..6, got {test_area!r}")
-    h5py = _h5py()
+    _h5py()
     files, rooms = _files(Path(root))
-    names = rooms.read_text().split()
-    areas = []
-    for name in names:
-        match = re.match(r"Area_(\d)_", name)
-        if match is None:
-            raise ValueError(f"{rooms}: expected Area_<a>_<room> names, got {name!r}")
-        areas.append(int(match.group(1)))
-    blocks: list[Data] = []
-    for path in files:
-        with h5py.File(path, "r") as file:
-            data, label = file["data"][...], file["label"][...]
-        if data.ndim != 3 or data.shape[2] != 9 or label.shape != data.shape[:2]:
-            raise ValueError(f"{path}: expected data [B, P, 9] and label [B, P], got {data.shape} and "
-                             f"{label.shape}")
-        for index in range(data.shape[0]):
-            if len(blocks) >= len(areas):
-                raise ValueError(f"{rooms} names {len(areas)} blocks, the .h5 files hold more")
-            blocks.append(_block(data[index], label[index], k, symmetric, areas[len(blocks)]))
-    if len(blocks) != len(areas):
-        raise ValueError(f"{rooms} names {len(areas)} blocks, the .h5 files hold {len(blocks)}")
-    return split_by_area(blocks, areas, test_area, val_blocks, seed)
+    areas = _areas(rooms)
+    blocks = StreamedGraphs(S3DISBlocks(files, areas, k, symmetric, rooms), range(len(areas)))
+    splits = area_split(areas, test_area, val_blocks, seed)
+    if stream:
+        return {split: blocks.subset(indices) for split, indices in splits.items()}
+    graphs = list(blocks)
+    return {split: [graphs[i] for i in indices] for split, indices in splits.items()}
 
 
-def split_by_area(
-    blocks: list[Data], areas: list[int], test_area: int, val_blocks: int | None, seed: int
-) -> dict[str, list[Data]]:
-    """Test: the blocks of ``test_area``; validation: ``val_blocks`` blocks of the other areas drawn with
-    ``seed`` (None: as many as the test area has); training: the rest, in their order."""
-    test = [block for block, area in zip(blocks, areas, strict=True) if area == test_area]
-    rest = [block for block, area in zip(blocks, areas, strict=True) if area != test_area]
+def area_split(areas: list[int], test_area: int, val_blocks: int | None, seed: int) -> dict[str, list[int]]:
+    """The block indices of each split of blocks in ``areas``: test, those of ``test_area``; validation,
+    ``val_blocks`` of the others drawn with ``seed`` (None: as many as the test area has); training, the
+    rest, each in block order."""
+    test = [i for i, area in enumerate(areas) if area == test_area]
+    rest = [i for i, area in enumerate(areas) if area != test_area]
     if not test or not rest:
         raise ValueError(f"test_area {test_area}: there are blocks of areas {sorted(set(areas))} only")
     count = len(test) if val_blocks is None else val_blocks
@@ -128,3 +179,11 @@ def split_by_area(
         "val": [block for i, block in enumerate(rest) if i in chosen],
         "test": test,
     }
+
+
+def split_by_area(
+    blocks: list[Data], areas: list[int], test_area: int, val_blocks: int | None, seed: int
+) -> dict[str, list[Data]]:
+    """``blocks`` split as :func:`area_split` splits their ``areas``."""
+    splits = area_split(areas, test_area, val_blocks, seed)
+    return {split: [blocks[i] for i in indices] for split, indices in splits.items()}

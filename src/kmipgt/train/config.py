@@ -55,7 +55,9 @@ class TaskConfig:
     (many graphs, mini-batches) or ``edge`` (link prediction on one graph: held-out edges against sampled
     non-edges, full batch, fresh negatives every epoch; use ``loss: bce``).
     ``loss``: ``cross_entropy``, ``bce`` (multi-label) or ``l1``. ``metric``:
-    ``accuracy``, ``macro_f1``, ``miou`` (mean IoU over classes), ``ap``, ``roc_auc`` or ``mae``; the best
+    ``accuracy``, ``macro_f1``, ``miou`` (mean IoU over classes), ``ap``, ``roc_auc``, ``mae``, or on a set
+    of shapes with categories ``instance_miou`` / ``class_miou`` (ShapeNet-Part's per-shape IoU over the
+    shape's category's parts, averaged over shapes / over categories); the best
     checkpoint is chosen on it. ``report``: further metrics of the same names that ``metrics.json`` gives
     for the best checkpoint on every split (e.g. ``[accuracy, miou]`` beside a ``macro_f1`` run).
     ``label_inputs`` (node-level classification): the training labels become inputs, one-hot columns

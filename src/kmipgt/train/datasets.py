@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -11,6 +13,7 @@ from torch_geometric.transforms import RandomLinkSplit
 from torch_geometric.utils import is_undirected
 
 from kmipgt.data import LaplacianPE, RandomWalkSE, add_virtual_node, get_dataset, redraw_split_masks
+from kmipgt.data.streamed import StreamedGraphs
 from kmipgt.train.config import Config
 
 SPLITS = ("train", "val", "test")
@@ -21,7 +24,9 @@ class PreparedData:
     """Model-ready data: one graph with split masks (``level="node"``) or graph lists per split.
 
     ``level="node"`` with ``splits`` (and no ``graph``): inductive node classification, each split a list
-    of graphs with a label per node (point-cloud segmentation: one shape or block per graph).
+    of graphs with a label per node (point-cloud segmentation: one shape or block per graph). A dataset
+    that streams its splits (:class:`~kmipgt.data.streamed.StreamedGraphs`) keeps them streamed, each graph
+    prepared as it is read.
 
     ``level="edge"``: each split holds one graph whose ``edge_index`` is the message-passing graph and whose
     ``edge_label_index``/``edge_label`` are the pairs to score (positives 1, sampled non-edges 0).
@@ -29,7 +34,7 @@ class PreparedData:
 
     level: str
     graph: Data | None
-    splits: dict[str, list[Data]] | None
+    splits: dict[str, Sequence[Data]] | None
     in_channels: int
     edge_channels: int
     out_channels: int
@@ -89,7 +94,7 @@ def _prepare_graph(graph: Data, config: Config, encodings: bool = True) -> Data:
     if edge_attr is not None:
         out.edge_attr = edge_attr
     # pos: node coordinates, kept for pictures (explain plots); the model reads coordinates from x.
-    for key in ("train_mask", "val_mask", "test_mask", "edge_label_index", "edge_label", "pos"):
+    for key in ("train_mask", "val_mask", "test_mask", "edge_label_index", "edge_label", "pos", "category"):
         if getattr(graph, key, None) is not None:
             out[key] = graph[key]
     return _add_encodings(out, config) if encodings else out
@@ -123,6 +128,64 @@ def _as_split_lists(raw) -> dict[str, list[Data]]:
     if not isinstance(raw, dict) or set(raw) != set(SPLITS):
         raise ValueError(f"a graph-level dataset must be a dict with keys {SPLITS}, got {type(raw).__name__}")
     return {split: list(raw[split]) for split in SPLITS}
+
+
+def _moments(chunks: list[torch.Tensor], count: int, mean: torch.Tensor | None, m2: torch.Tensor | None):
+    """``(count, mean, M2)`` of the rows seen so far and those of ``chunks``, in float64 (Chan et al.'s
+    pairwise update), so the statistics of a streamed split need one pass and one chunk in memory."""
+    rows = torch.cat(chunks).double()
+    size, chunk_mean = rows.size(0), rows.mean(0)
+    chunk_m2 = ((rows - chunk_mean) ** 2).sum(0)
+    if mean is None or m2 is None:
+        return size, chunk_mean, chunk_m2
+    total = count + size
+    delta = chunk_mean - mean
+    return total, mean + delta * size / total, m2 + chunk_m2 + delta**2 * count * size / total
+
+
+def _z_score(graph: Data, stats: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> Data:
+    for key, (mean, std) in stats.items():
+        graph[key] = (graph[key] - mean) / std
+    return graph
+
+
+def _with_node_labels(graph: Data, name: str) -> Data:
+    if graph.y is None or graph.y.size(0) != graph.num_nodes:
+        raise ValueError(f"dataset {name!r}: task.level 'node' over a set of graphs needs a label per node "
+                         "(y of shape [num_nodes]) on every graph")
+    return graph
+
+
+def _streamed_level(
+    raw: dict[str, StreamedGraphs], config: Config
+) -> tuple[dict[str, StreamedGraphs], Data, torch.Tensor]:
+    """Streamed splits, each graph prepared as it is read; the feature statistics (z-scoring, from float64
+    moments) and the label range come from one chunk-wise pass over the training split."""
+    splits = {s: raw[s].map(partial(_prepare_graph, config=config)) for s in SPLITS}
+    if config.task.level == "node":
+        check = partial(_with_node_labels, name=config.data.name)
+        splits = {s: graphs.map(check) for s, graphs in splits.items()}
+    first = splits["train"][0]
+    keys = []  # the z-scored features
+    if config.data.normalize_features:
+        keys = ["x", *(["edge_attr"] if first.edge_attr is not None else [])]
+    moments: dict[str, tuple] = {key: (0, None, None) for key in keys}
+    # Per chunk the largest label (or label row), so that _out_channels sees what it would in the labels.
+    label_max = []
+    for chunk in splits["train"].chunks():
+        for key in keys:
+            moments[key] = _moments([graph[key] for graph in chunk], *moments[key])
+        label_max.append(torch.cat([graph.y for graph in chunk]).amax(0))
+    stats = {}
+    for key in keys:
+        count, mean, m2 = moments[key]
+        dtype = first[key].dtype
+        stats[key] = (mean.to(dtype), (m2 / (count - 1)).sqrt().to(dtype).clamp_min(1e-6))
+    if stats:
+        splits = {s: graphs.map(partial(_z_score, stats=stats)) for s, graphs in splits.items()}
+    if config.data.virtual_node:
+        splits = {s: graphs.map(add_virtual_node) for s, graphs in splits.items()}
+    return splits, splits["train"][0], torch.stack(label_max)
 
 
 def _standardise_features(graphs: list[Data], reference: list[Data]) -> None:
@@ -168,7 +231,12 @@ def _node_level(raw, config: Config) -> tuple[Data, Data, torch.Tensor]:
     return graph, graph, graph.y
 
 
-def _graph_level(raw, config: Config) -> tuple[dict[str, list[Data]], Data, torch.Tensor]:
+def _graph_level(raw, config: Config) -> tuple[dict[str, Sequence[Data]], Data, torch.Tensor]:
+    streamed = [isinstance(raw.get(s), StreamedGraphs) for s in SPLITS] if isinstance(raw, dict) else []
+    if any(streamed):
+        if not all(streamed):
+            raise ValueError(f"dataset {config.data.name!r} streams some splits only; stream all or none")
+        return _streamed_level(raw, config)
     splits = {s: [_prepare_graph(g, config) for g in graphs] for s, graphs in _as_split_lists(raw).items()}
     if config.data.normalize_features:
         _standardise_features([g for s in SPLITS for g in splits[s]], splits["train"])
@@ -177,16 +245,14 @@ def _graph_level(raw, config: Config) -> tuple[dict[str, list[Data]], Data, torc
     return splits, splits["train"][0], torch.cat([g.y for g in splits["train"]])
 
 
-def _inductive_node_level(raw, config: Config) -> tuple[dict[str, list[Data]], Data, torch.Tensor]:
+def _inductive_node_level(raw, config: Config) -> tuple[dict[str, Sequence[Data]], Data, torch.Tensor]:
     """Graph lists per split whose every node has a label (``y [n]`` per graph)."""
     if config.task.label_inputs > 0 or config.data.split_seed is not None:
         raise ValueError("task.label_inputs and data.split_seed need one graph with split masks; "
                          f"dataset {config.data.name!r} is a set of graphs, each in one split")
     splits, first, targets = _graph_level(raw, config)
-    for graph in (g for s in SPLITS for g in splits[s]):
-        if graph.y is None or graph.y.size(0) != graph.num_nodes:
-            raise ValueError(f"dataset {config.data.name!r}: task.level 'node' over a set of graphs needs "
-                             "a label per node (y of shape [num_nodes]) on every graph")
+    for graph in (g for s in SPLITS if isinstance(splits[s], list) for g in splits[s]):
+        _with_node_labels(graph, config.data.name)
     return splits, first, targets
 
 

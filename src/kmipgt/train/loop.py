@@ -32,7 +32,7 @@ from kmipgt.train.branches import BranchMonitor, plot_branches
 from kmipgt.train.checkpoint import RESUME_KEYS, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from kmipgt.train.config import Config, config_differences, config_to_dict
 from kmipgt.train.datasets import PreparedData, prepare_data
-from kmipgt.train.metrics import compute_metric, higher_is_better
+from kmipgt.train.metrics import higher_is_better
 from kmipgt.train.models import build_model
 from kmipgt.train.partitioned import PartitionedNodeTask, partition_graph, rank_share
 from kmipgt.train.report import plot_curves, write_csv, write_json
@@ -202,7 +202,7 @@ class Trainer:
         """Metric ``config.task.metric`` on each split, in eval mode, over every node, graph or edge pair."""
         self.model.eval()
         outputs = self.task.split_outputs(self._predict, splits, self.device)
-        return {split: self._score(output, target) for split, output, target in outputs}
+        return {split: self._score(split, output, target) for split, output, target in outputs}
 
     @torch.no_grad()
     def evaluate_metrics(
@@ -213,13 +213,15 @@ class Trainer:
         scores: dict[str, dict[str, float]] = {name: {} for name in names}
         for split, output, target in self.task.split_outputs(self._predict, splits, self.device):
             for name in names:
-                scores[name][split] = self._score(output, target, name)
+                scores[name][split] = self._score(split, output, target, name)
         return scores
 
-    def _score(self, output: torch.Tensor, target: torch.Tensor, metric: str | None = None) -> float:
+    def _score(
+        self, split: str, output: torch.Tensor, target: torch.Tensor, metric: str | None = None
+    ) -> float:
         if self.config.task.loss != "cross_entropy":
             target = target.float().view_as(output)
-        return compute_metric(metric or self.config.task.metric, output, target)
+        return self.task.score(metric or self.config.task.metric, split, output, target)
 
     def _is_better(self, value: float) -> bool:
         best = self.state.best_value

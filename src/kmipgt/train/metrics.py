@@ -7,9 +7,10 @@ import numpy as np
 from sklearn.metrics import average_precision_score, f1_score, roc_auc_score
 from torch import Tensor
 
-from kmipgt.train.segmentation_metrics import mean_iou
+from kmipgt.train.segmentation_metrics import SHAPE_METRICS, mean_iou
 
-METRICS = ("accuracy", "macro_f1", "miou", "ap", "roc_auc", "mae")
+# The shape metrics need the shapes of a split: the node-batch task scores them (Task.score).
+METRICS = ("accuracy", "macro_f1", "miou", "ap", "roc_auc", "mae", *SHAPE_METRICS)
 
 
 def accuracy(logits: Tensor, target: Tensor) -> float:
@@ -72,7 +73,10 @@ _FUNCTIONS = {
 
 
 def compute_metric(name: str, output: Tensor, target: Tensor) -> float:
-    """Metric ``name`` (one of :data:`METRICS`) of ``output`` against ``target``."""
+    """Metric ``name`` (one of :data:`METRICS` but the shape metrics) of ``output`` against ``target``."""
+    if name in SHAPE_METRICS:
+        raise ValueError(f"metric {name!r} needs each point's shape and category: task.level node over "
+                         "a set of shapes with categories scores it")
     if name not in _FUNCTIONS:
         raise ValueError(f"metric must be one of {METRICS}, got {name!r}")
     return _FUNCTIONS[name](output, target)
@@ -80,6 +84,6 @@ def compute_metric(name: str, output: Tensor, target: Tensor) -> float:
 
 def higher_is_better(name: str) -> bool:
     """Whether larger values of metric ``name`` are better (all but MAE)."""
-    if name not in _FUNCTIONS:
+    if name not in METRICS:
         raise ValueError(f"metric must be one of {METRICS}, got {name!r}")
     return name != "mae"

@@ -1,17 +1,24 @@
 """Point-cloud segmentation scores: overall accuracy, mIoU over classes, and ShapeNet-Part's per-shape mIoU.
 
 Predictions and targets are integer class ids per point. ShapeNet-Part's F1 is :func:`kmipgt.train.metrics.
-macro_f1` over the part classes (scikit-learn's macro average, as GraphGPS's logger computes it).
+macro_f1` over the part classes (scikit-learn's macro average, as GraphGPS's logger computes it). The
+per-shape scores (:data:`SHAPE_METRICS`) need each point's shape and each shape's category besides the
+outputs, so the node-batch task computes them (:func:`shape_metric`) from its split's graphs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
 
+from kmipgt.data.shapenet_part import shapenet_part_category_parts
+from kmipgt.data.synthetic_parts import category_parts as synthetic_category_parts
+
 __all__ = [
+    "CATEGORY_PARTS",
+    "SHAPE_METRICS",
     "class_iou",
     "class_miou",
     "confusion_matrix",
@@ -19,7 +26,17 @@ __all__ = [
     "mean_iou",
     "overall_accuracy",
     "shape_ious",
+    "shape_metric",
 ]
+
+# Scores over shapes: the mean IoU per shape (instance average) or per category (class average).
+SHAPE_METRICS = ("instance_miou", "class_miou")
+
+# dataset name -> the part ids of each of its categories, as its graphs' ``category`` numbers them
+CATEGORY_PARTS: dict[str, Callable[[], list[list[int]]]] = {
+    "shapenet_part": shapenet_part_category_parts,
+    "synthetic_parts": synthetic_category_parts,
+}
 
 
 def _check_pair(pred: Tensor, target: Tensor) -> None:
@@ -100,3 +117,19 @@ def class_miou(ious: Tensor, category: Tensor) -> float:
     """Class-average mIoU: the mean over the categories present of their shapes' mean IoU."""
     category = category.cpu()
     return torch.stack([ious[category == c].mean() for c in category.unique()]).mean().item()
+
+
+def shape_metric(
+    name: str,
+    logits: Tensor,
+    target: Tensor,
+    ptr: Tensor,
+    category: Tensor,
+    category_parts: Sequence[Sequence[int]],
+) -> float:
+    """Metric ``name`` of :data:`SHAPE_METRICS` of ``logits [N, C]`` against ``target [N]`` over the ``S``
+    shapes that ``ptr [S + 1]`` delimits, of categories ``category [S]`` (:func:`shape_ious`)."""
+    if name not in SHAPE_METRICS:
+        raise ValueError(f"name must be one of {SHAPE_METRICS}, got {name!r}")
+    ious = shape_ious(logits.argmax(-1), target, ptr, category, category_parts)
+    return instance_miou(ious) if name == "instance_miou" else class_miou(ious, category)

@@ -27,7 +27,9 @@ from kmipgt.distributed.sampling import GeneratorDistributedSampler, evaluation_
 from kmipgt.ops.ragged import RaggedLayout, attach_layout
 from kmipgt.train.config import Config
 from kmipgt.train.datasets import SPLITS, PreparedData, label_columns, node_coords
+from kmipgt.train.metrics import compute_metric
 from kmipgt.train.resident import ResidentGraphs
+from kmipgt.train.segmentation_metrics import CATEGORY_PARTS, SHAPE_METRICS, shape_metric
 
 __all__ = [
     "LOSSES",
@@ -175,6 +177,10 @@ class Task:
     def eval_batches(self, split: str) -> Iterable[Data]:
         """The graphs or mini-batches evaluation runs through for ``split``."""
         raise NotImplementedError
+
+    def score(self, name: str, split: str, output: torch.Tensor, target: torch.Tensor) -> float:
+        """Metric ``name`` of ``split``'s ``output`` and ``target`` (:meth:`split_outputs`)."""
+        return compute_metric(name, output, target)
 
     def split_outputs(
         self, predict: Callable[[Data], torch.Tensor], splits: Iterable[str], device: torch.device
@@ -336,9 +342,35 @@ class GraphTask(Task):
 
 class NodeBatchTask(GraphTask):
     """``node`` over a set of graphs (inductive segmentation): :class:`GraphTask`'s mini-batches, with the
-    model predicting every node and the loss and metrics taken over every node of a split's graphs."""
+    model predicting every node and the loss and metrics taken over every node of a split's graphs.
+
+    The shape metrics (``instance_miou``, ``class_miou``) score each graph as a shape of its ``category``
+    over that category's parts (:data:`~kmipgt.train.segmentation_metrics.CATEGORY_PARTS` of the dataset).
+    """
 
     level = "node"
+
+    def __init__(
+        self, config: Config, data: PreparedData, generator: torch.Generator, ranks: Ranks | None = None
+    ):
+        super().__init__(config, data, generator, ranks)
+        wanted = _shape_metrics(config)
+        self._category_parts: list[list[int]] | None = None
+        if wanted:
+            if data.name not in CATEGORY_PARTS or data.splits["train"][0].get("category") is None:
+                raise ValueError(f"metric {wanted[0]!r} scores shapes of categories, on datasets "
+                                 f"{', '.join(CATEGORY_PARTS)}; got dataset {data.name!r}")
+            self._category_parts = CATEGORY_PARTS[data.name]()
+
+    def score(self, name: str, split: str, output: torch.Tensor, target: torch.Tensor) -> float:
+        if name not in SHAPE_METRICS or self._category_parts is None:
+            return super().score(name, split, output, target)
+        # split_outputs holds the split's graphs in order (gathered in rank order under ddp).
+        graphs = self.data.splits[split]
+        sizes = torch.tensor([graph.num_nodes for graph in graphs])
+        ptr = torch.cat([sizes.new_zeros(1), sizes.cumsum(0)])
+        category = torch.cat([graph.category.view(-1) for graph in graphs])
+        return shape_metric(name, output, target, ptr, category, self._category_parts)
 
 
 class LinkTask(Task):
@@ -354,6 +386,11 @@ class LinkTask(Task):
 
     def eval_batches(self, split: str) -> list[Data]:
         return self.data.splits[split]
+
+
+def _shape_metrics(config: Config) -> list[str]:
+    """The shape metrics among ``task.metric`` and ``task.report``."""
+    return [name for name in (config.task.metric, *config.task.report) if name in SHAPE_METRICS]
 
 
 # ``task.level`` -> its task class
@@ -372,4 +409,7 @@ def make_task(
         )
     if data.level == "node" and data.splits is not None:
         return NodeBatchTask(config, data, generator, ranks)
+    if _shape_metrics(config):
+        raise ValueError(f"metric {_shape_metrics(config)[0]!r} scores shapes: it needs task.level node on a "
+                         f"dataset of shapes, got task.level {data.level!r} on {data.name!r}")
     return TASK_CLASSES[data.level](config, data, generator, ranks)
