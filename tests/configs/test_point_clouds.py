@@ -32,6 +32,7 @@ def test_the_paper_settings(name):
     assert config.task.metric == ("miou" if rooms else "macro_f1")
     if rooms:
         assert config.data.options["test_area"] == 6
+    assert config.data.options.get("stream", False) == (name == "s3dis")
 
 
 def _check_reported(metrics: dict) -> None:
@@ -65,6 +66,7 @@ def test_shapenet_part_copy_trains_an_epoch(tmp_path):
     write_shapenet_part(tmp_path / "copy")
     metrics = _train("shapenet_part", tmp_path / "run", f"data.options.root={tmp_path / 'copy'}")
     assert metrics["dataset"] == "shapenet_part"
+    assert set(metrics["report"]) == {"accuracy", "miou", "instance_miou", "class_miou"}
     _check_reported(metrics)
 
 
