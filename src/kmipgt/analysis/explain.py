@@ -1,11 +1,11 @@
 """Which keys a trained model's global attention attends to, and statistics of them over a split.
 
-The keys and weights are the ones the forward pass itself used: every attention module with explicit
-weights (:class:`~kmipgt.nn.KMIPAttention`, :class:`~kmipgt.nn.FullAttention`) keeps its last selection
-while ``keep_attention`` is set, and a forward hook hands it on as soon as the layer has run. Only the
-chosen queries' rows are kept (``O(Q·k·layers·heads)``); statistics over every query of a split are
-accumulated chunk by chunk from one layer's selection before the next layer runs, and over a split of
-many graphs batch by batch (:func:`explain_graphs`).
+The keys and weights are the ones the forward pass itself used: every attention module of a kind with explicit
+weights (``explain`` in its :class:`~kmipgt.nn.AttentionKind`: k-MIP's own selection, full attention's largest
+weights) keeps its last selection while ``keep_attention`` is set, and a forward hook hands it on as soon as
+the layer has run. Only the chosen queries' rows are kept (``O(Q·k·layers·heads)``); statistics over every
+query of a split are accumulated chunk by chunk from one layer's selection before the next layer runs, and
+over a split of many graphs batch by batch (:func:`explain_graphs`).
 """
 
 from __future__ import annotations
@@ -27,17 +27,18 @@ from tqdm import tqdm
 from kmipgt.analysis.hops import HOP_CAP, hop_distances, undirected_adjacency
 from kmipgt.data import virtual_node_mask
 from kmipgt.logs import quiet
-from kmipgt.nn import FullAttention, GraphTransformer, KMIPAttention
+from kmipgt.nn import GraphTransformer, ProjectedAttention
+from kmipgt.nn.attention_kinds import registered_attention
 from kmipgt.ops import AttentionSelection
 
 __all__ = [
-    "EXPLAINABLE_KINDS",
     "HOP_CAP",
     "attended_keys",
     "attention_modules",
     "check_queries",
     "explain",
     "explain_graphs",
+    "explainable_kinds",
     "run_forward",
     "sample_queries",
     "select_layers_heads",
@@ -45,23 +46,27 @@ __all__ = [
     "summary_rows",
 ]
 
-EXPLAINABLE_KINDS = ("kmip", "full")
 # Queries per statistics chunk: bounds the [chunk, H, k] gathers and the hop search's working set.
 _CHUNK = 4096
 HOP_LABELS = [*(str(h) for h in range(HOP_CAP + 1)), f">{HOP_CAP}"]
 
 
-def attention_modules(model: GraphTransformer) -> dict[int, KMIPAttention | FullAttention]:
+def explainable_kinds() -> tuple[str, ...]:
+    """The registered attention kinds whose attended keys can be explained (``explain`` flag set)."""
+    return tuple(name for name, kind in registered_attention().items() if kind.explain is not None)
+
+
+def attention_modules(model: GraphTransformer) -> dict[int, ProjectedAttention]:
     """The global attention module of each layer that has one, by layer number (``attention_layers`` may
     leave layers without); ValueError unless each has explicit weights and at least one layer has one."""
-    supported = " and ".join(map(repr, EXPLAINABLE_KINDS))
+    supported = " and ".join(map(repr, explainable_kinds()))
     if len(model.layers) == 0:
         raise ValueError("the model has no layers, so no attention to explain")
     modules = {}
     for number, layer in enumerate(model.layers):
         if layer.attention is None:
             continue
-        if not isinstance(layer.attention, KMIPAttention | FullAttention):
+        if layer.attention.kind.explain is None:
             raise ValueError(f"attention kind {layer.attention_kind!r} (layer {number}) has no explicit "
                              f"attention weights; explain supports {supported}")
         modules[number] = layer.attention
@@ -73,7 +78,7 @@ def attention_modules(model: GraphTransformer) -> dict[int, KMIPAttention | Full
 
 @contextlib.contextmanager
 def _streaming(
-    modules: dict[int, KMIPAttention | FullAttention], k: int,
+    modules: dict[int, ProjectedAttention], k: int,
     consume: Callable[[int, AttentionSelection], None],
 ) -> Iterator[None]:
     """While active, each module's forward hands ``(layer, selection)`` to ``consume`` and keeps nothing."""
@@ -81,7 +86,7 @@ def _streaming(
     handles = []
     for layer, module in modules.items():
         module.keep_attention = True
-        if isinstance(module, FullAttention):
+        if _top_weights(module):
             module.kept_keys = k
 
         def hook(module, args, output, layer=layer):
@@ -389,9 +394,15 @@ def select_layers_heads(
     return layers, list(range(_first(modules).heads)) if head is None else [head]
 
 
-def _first(modules: dict[int, KMIPAttention | FullAttention]) -> KMIPAttention | FullAttention:
+def _first(modules: dict[int, ProjectedAttention]) -> ProjectedAttention:
     """The first layer's attention: every layer with attention has the same kind and heads."""
     return next(iter(modules.values()))
+
+
+def _top_weights(module: ProjectedAttention) -> bool:
+    """Whether ``module`` keeps the largest weights of a softmax over every key (``kept_keys`` of them,
+    renormalised, with their ``mass``), not the selection its forward used."""
+    return module.kind.explain == "top_weights"
 
 
 class _Explainer:
@@ -445,7 +456,7 @@ class _Explainer:
         self, context: _Context, num_nodes: int, heads: list[int], queries: dict[tuple[int, int], list]
     ) -> dict[str, Any]:
         """The ``explain.json`` content; ``queries`` maps ``(layer, head)`` to its listed query rows."""
-        full = isinstance(_first(self.modules), FullAttention)
+        full = _top_weights(_first(self.modules))
         layers = [
             {
                 "layer": number,
@@ -458,7 +469,7 @@ class _Explainer:
         ]
         return {
             "k": self.k,
-            "attention": "full" if full else "kmip",
+            "attention": _first(self.modules).attn_type,
             "num_nodes": num_nodes,
             "num_queries": self.num_queries,
             "num_graphs": self.num_graphs,

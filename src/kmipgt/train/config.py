@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import inspect
 import types
 import typing
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from typing import Any
 import yaml
 
 from kmipgt.configs import config_path
+from kmipgt.nn.attention_kinds import NO_ATTENTION, attention_kind
 
 
 @dataclass
@@ -120,12 +122,14 @@ class ModelConfig:
     baseline_options: dict[str, Any] = field(default_factory=dict)
 
     def attn_kwargs(self) -> dict[str, Any]:
-        """The options of the attention kind's core: ``attention_options``, plus ``k`` for ``kmip``.
+        """The options of the attention kind's core: ``attention_options``, plus ``k`` where the core
+        takes one (``kmip``).
 
         ``k`` stays a top-level key so that configs written before ``attention_options`` carried the
-        kind-specific options read unchanged; other kinds take no ``k`` and do not get it.
+        kind-specific options read unchanged; kinds whose core takes no ``k`` do not get it.
         """
-        if self.attention == "kmip":
+        core = None if self.attention == NO_ATTENTION else attention_kind(self.attention).core
+        if core is not None and "k" in inspect.signature(core).parameters:
             return {"k": self.k, **self.attention_options}
         return dict(self.attention_options)
 
