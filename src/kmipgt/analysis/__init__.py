@@ -18,9 +18,8 @@ from kmipgt.analysis.explain import (
     run_forward,
     sample_queries,
     select_layers_heads,
-    share_beyond,
-    summary_rows,
 )
+from kmipgt.analysis.explain_stats import share_beyond, summary_rows
 from kmipgt.analysis.hops import hop_distances, undirected_adjacency
 from kmipgt.analysis.probe import (
     hop_means,
