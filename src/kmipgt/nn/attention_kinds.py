@@ -49,7 +49,9 @@ class AttentionKind:
             requires ``edge_index``.
         float32_only: whether the core has no half-precision kernels: the module then runs in float32,
             outside autocast.
-        shardable: whether :mod:`kmipgt.distributed.graph_model` runs it over the nodes of every rank.
+        shardable: whether :mod:`kmipgt.distributed.graph_model` runs it over the nodes of every rank (its
+            core a :class:`~kmipgt.nn.cores.KMIPCore`, which the partitioned model swaps for the sharded
+            one).
         explain: how :mod:`kmipgt.analysis.explain` reads its attended keys (one of :data:`EXPLAIN_MODES`);
             ``None``: its weights are never materialised, so it cannot be explained.
     """
