@@ -9,8 +9,7 @@ from torch import Tensor
 from torch_geometric.utils import scatter
 
 from kmipgt.cli import main
-from kmipgt.nn import AttentionCore, AttentionKind, GPSLayer, register_attention, unregister_attention
-from kmipgt.nn.attention_kinds import registered_attention
+from kmipgt.nn import ATTENTION_KINDS, AttentionCore, AttentionKind, GPSLayer
 from kmipgt.train.checkpoint import load_checkpoint
 
 TOY = "toy_mean"
@@ -29,9 +28,9 @@ class MeanCore(AttentionCore):
 
 @pytest.fixture
 def toy_kind():
-    register_attention(AttentionKind(TOY, MeanCore))
+    ATTENTION_KINDS.register(AttentionKind(TOY, MeanCore))
     yield TOY
-    unregister_attention(TOY)
+    ATTENTION_KINDS.remove(TOY)
 
 
 def test_a_registered_kind_builds_in_a_gps_layer_and_attends_uniformly(toy_kind):
@@ -60,4 +59,4 @@ def test_a_registered_kind_trains_through_the_cli(toy_kind, tmp_path):
 
 
 def test_the_toy_kind_is_gone_after_its_test():
-    assert TOY not in registered_attention()
+    assert TOY not in ATTENTION_KINDS

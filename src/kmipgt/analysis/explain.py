@@ -34,7 +34,7 @@ from kmipgt.analysis.explain_stats import (
 from kmipgt.analysis.hops import HOP_CAP
 from kmipgt.logs import quiet
 from kmipgt.nn import GraphTransformer, ProjectedAttention
-from kmipgt.nn.attention_kinds import registered_attention
+from kmipgt.nn.attention_kinds import ATTENTION_KINDS
 from kmipgt.ops import AttentionSelection
 
 __all__ = [
@@ -52,7 +52,7 @@ __all__ = [
 
 def explainable_kinds() -> tuple[str, ...]:
     """The registered attention kinds whose attended keys can be explained (``explain`` flag set)."""
-    return tuple(name for name, kind in registered_attention().items() if kind.explain is not None)
+    return tuple(name for name, kind in ATTENTION_KINDS.items() if kind.explain is not None)
 
 
 def attention_modules(model: GraphTransformer) -> dict[int, ProjectedAttention]:

@@ -18,8 +18,8 @@ from kmipgt.distributed.attention import sharded_kmip_attention
 from kmipgt.distributed.batch_norm import global_batch_norms
 from kmipgt.distributed.halo import HaloPlan, halo_exchange
 from kmipgt.nn import GraphTransformer, KMIPCore
-from kmipgt.nn.attention_kinds import NO_ATTENTION, registered_attention
-from kmipgt.nn.local_kinds import NO_LOCAL, registered_local
+from kmipgt.nn.attention_kinds import ATTENTION_KINDS, NO_ATTENTION
+from kmipgt.nn.local_kinds import LOCAL_KINDS, NO_LOCAL
 from kmipgt.ops import APPROXIMATE_BACKENDS, SEARCH_BACKENDS
 
 __all__ = [
@@ -32,12 +32,12 @@ __all__ = [
 
 def partitioned_local_kinds() -> tuple[str, ...]:
     """The local MPNN kinds a partition runs: those that take ``(x_src, x_dst)`` pairs, and ``"none"``."""
-    return (*(name for name, kind in registered_local().items() if kind.bipartite), NO_LOCAL)
+    return (*(name for name, kind in LOCAL_KINDS.items() if kind.bipartite), NO_LOCAL)
 
 
 def partitioned_attention_kinds() -> tuple[str, ...]:
     """The attention kinds a partition runs: those flagged ``shardable`` (k-MIP), and ``"none"``."""
-    return (*(name for name, kind in registered_attention().items() if kind.shardable), NO_ATTENTION)
+    return (*(name for name, kind in ATTENTION_KINDS.items() if kind.shardable), NO_ATTENTION)
 
 # Search options the sharded op takes: it searches every visiting key block exactly.
 _SHARDED_SEARCH_OPTIONS = ("scale",)

@@ -9,14 +9,7 @@ from kmipgt.nn.attention import (
     ProjectedAttention,
     build_global_attention,
 )
-from kmipgt.nn.attention_kinds import (
-    AttentionKind,
-    attention_kind,
-    attention_kinds,
-    register_attention,
-    registered_attention,
-    unregister_attention,
-)
+from kmipgt.nn.attention_kinds import ATTENTION_KINDS, AttentionKind
 from kmipgt.nn.baselines import BASELINE_KINDS, BaselineModel
 from kmipgt.nn.cores import AttentionCore, FullCore, KMIPCore, PerformerCore
 from kmipgt.nn.encoders import EdgeEncoder, FourierFeatures, NodeEncoder
@@ -24,18 +17,13 @@ from kmipgt.nn.gated_gcn import GatedGCNLayer
 from kmipgt.nn.gps_conv import KMIPGPSConv
 from kmipgt.nn.gps_layer import GPSLayer, build_norm
 from kmipgt.nn.grf_core import GRFCore, GRFWalkCache, share_walk_caches
-from kmipgt.nn.local_kinds import (
-    LocalKind,
-    build_local_mpnn,
-    local_kind,
-    local_kinds,
-    register_local,
-    registered_local,
-)
+from kmipgt.nn.local_kinds import LOCAL_KINDS, LocalKind, build_local_mpnn
 from kmipgt.nn.model import GraphTransformer, MLPHead
 
 __all__ = [
+    "ATTENTION_KINDS",
     "BASELINE_KINDS",
+    "LOCAL_KINDS",
     "AttentionCore",
     "AttentionKind",
     "BaselineModel",
@@ -58,17 +46,8 @@ __all__ = [
     "PerformerAttention",
     "PerformerCore",
     "ProjectedAttention",
-    "attention_kind",
-    "attention_kinds",
     "build_global_attention",
     "build_local_mpnn",
     "build_norm",
-    "local_kind",
-    "local_kinds",
-    "register_attention",
-    "register_local",
-    "registered_attention",
-    "registered_local",
     "share_walk_caches",
-    "unregister_attention",
 ]

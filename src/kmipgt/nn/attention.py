@@ -25,7 +25,7 @@ from torch import Tensor
 
 from kmipgt.grf import CSRPattern
 from kmipgt.grf.edge_sums import default_chunk_rows, normalised_kernel_attention_rows
-from kmipgt.nn.attention_kinds import NO_ATTENTION, AttentionKind, attention_kind, register_attention
+from kmipgt.nn.attention_kinds import ATTENTION_KINDS, NO_ATTENTION, AttentionKind
 from kmipgt.nn.cores import FullCore, KMIPCore, PerformerCore
 from kmipgt.nn.grf_core import GRFCore
 
@@ -89,7 +89,7 @@ class ProjectedAttention(torch.nn.Module):
         if own is not None and attn_type not in (None, own):
             raise ValueError(f"{type(self).__name__} is attention kind {own!r}, got attn_type={attn_type!r}")
         self.attn_type = own or attn_type
-        self.kind: AttentionKind = attention_kind(self.attn_type)
+        self.kind: AttentionKind = ATTENTION_KINDS.lookup(self.attn_type)
         if channels <= 0:
             raise ValueError(f"channels must be positive, got {channels}")
         if heads <= 0:
@@ -335,7 +335,7 @@ for _kind in (
     AttentionKind("performer", PerformerCore, PerformerAttention),
     AttentionKind("grf", GRFCore, GRFAttention, edge_index=True, float32_only=True),
 ):
-    register_attention(_kind)
+    ATTENTION_KINDS.register(_kind)
 
 
 def build_global_attention(
@@ -359,5 +359,5 @@ def build_global_attention(
     """
     if kind == NO_ATTENTION:
         return None
-    module = attention_kind(kind).module or ProjectedAttention
+    module = ATTENTION_KINDS.lookup(kind).module or ProjectedAttention
     return module(channels, heads, head_dim, dropout, qk_channels, attn_type=kind, **(attn_kwargs or {}))

@@ -3,32 +3,24 @@
 The attention module, the GPS layers, the model, the config's validation, the explanation and the
 partitioned model look a kind up here and act on its flags, never on a list of kind names of their own:
 a new kind is one module holding its :class:`~kmipgt.nn.cores.AttentionCore` plus one
-:func:`register_attention` call. ``"none"`` (no attention) is not a kind: it is the absence of one.
+``ATTENTION_KINDS.register(AttentionKind(...))`` call. ``"none"`` (no attention) is not a kind: it is the
+absence of one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import TYPE_CHECKING
+
+from kmipgt.nn.registry import NONE, KindRegistry
 
 if TYPE_CHECKING:
     from kmipgt.nn.attention import ProjectedAttention
     from kmipgt.nn.cores import AttentionCore
 
-__all__ = [
-    "EXPLAIN_MODES",
-    "NO_ATTENTION",
-    "AttentionKind",
-    "attention_kind",
-    "attention_kinds",
-    "register_attention",
-    "registered_attention",
-    "unregister_attention",
-]
+__all__ = ["ATTENTION_KINDS", "EXPLAIN_MODES", "NO_ATTENTION", "AttentionKind"]
 
-NO_ATTENTION = "none"
+NO_ATTENTION = NONE
 # How an explanation reads a kind's attended keys: "selection", the keys and weights its forward itself
 # used (k-MIP); "top_weights", the largest weights of a softmax over every key, with their mass (full).
 EXPLAIN_MODES = ("selection", "top_weights")
@@ -70,37 +62,5 @@ class AttentionKind:
             raise ValueError(f"explain must be one of {EXPLAIN_MODES} or None, got {self.explain!r}")
 
 
-_KINDS: dict[str, AttentionKind] = {}
-
-
-def register_attention(kind: AttentionKind) -> AttentionKind:
-    """Add ``kind`` under its name (ValueError if taken or ``"none"``); kinds are listed in registration
-    order."""
-    if kind.name == NO_ATTENTION:
-        raise ValueError(f"{NO_ATTENTION!r} means no attention and cannot name a kind")
-    if kind.name in _KINDS:
-        raise ValueError(f"an attention kind named {kind.name!r} is already registered")
-    _KINDS[kind.name] = kind
-    return kind
-
-
-def unregister_attention(name: str) -> AttentionKind:
-    """Remove the kind registered as ``name`` and return it (a kind registered for a while, as by a test)."""
-    return _KINDS.pop(attention_kind(name).name)
-
-
-def registered_attention() -> Mapping[str, AttentionKind]:
-    """Read-only view ``name -> AttentionKind`` of every registered kind, in registration order."""
-    return MappingProxyType(_KINDS)
-
-
-def attention_kinds() -> tuple[str, ...]:
-    """The names a model's ``attention`` takes: every registered kind, then ``"none"``."""
-    return (*_KINDS, NO_ATTENTION)
-
-
-def attention_kind(name: str) -> AttentionKind:
-    """The kind registered as ``name``; ValueError naming the registered kinds otherwise."""
-    if not isinstance(name, str) or name not in _KINDS:
-        raise ValueError(f"attention kind must be one of {tuple(_KINDS)}, got {name!r}")
-    return _KINDS[name]
+# name -> AttentionKind of every registered kind; ``ATTENTION_KINDS.names()``: what ``attention=`` takes.
+ATTENTION_KINDS: KindRegistry[AttentionKind] = KindRegistry("attention kind")

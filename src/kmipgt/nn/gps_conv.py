@@ -11,7 +11,7 @@ from torch_geometric.nn import GPSConv, MessagePassing
 from torch_geometric.nn.inits import reset
 
 from kmipgt.nn.attention import ProjectedAttention
-from kmipgt.nn.attention_kinds import registered_attention
+from kmipgt.nn.attention_kinds import ATTENTION_KINDS
 
 __all__ = ["KMIPGPSConv"]
 
@@ -59,7 +59,7 @@ class KMIPGPSConv(GPSConv):
         attn_type: str = "kmip",
         attn_kwargs: dict[str, Any] | None = None,
     ):
-        kinds = registered_attention()
+        kinds = ATTENTION_KINDS
         if attn_type not in kinds:
             raise ValueError(f"attn_type must be one of {tuple(kinds)}, got {attn_type!r}")
         # GPSConv builds the MLP and norms around a one-head placeholder attention (so that channels need

@@ -11,7 +11,7 @@ from torch import Tensor
 
 from kmipgt.nn.attention import build_global_attention
 from kmipgt.nn.gps_parts import COMBINERS, NORM_PLACEMENTS
-from kmipgt.nn.local_kinds import NO_LOCAL, build_local_mpnn, local_kind
+from kmipgt.nn.local_kinds import LOCAL_KINDS, NO_LOCAL, build_local_mpnn
 
 NORM_KINDS = ("layer", "batch")
 ACTIVATIONS = ("gelu", "relu")
@@ -111,7 +111,7 @@ class GPSLayer(torch.nn.Module):
         self.dropout, self.attention_drop_path = dropout, attention_drop_path
         self.activation, self.branch_residual, self.ffn = activation, branch_residual, ffn
         self.placement.check(self)
-        self.local_spec = None if local == NO_LOCAL else local_kind(local)
+        self.local_spec = None if local == NO_LOCAL else LOCAL_KINDS.lookup(local)
         # A pre-norm layer adds an own-residual MPNN's residual itself: the MPNN sees Norm(x), the stream x.
         residual = branch_residual and not self.placement.stream
         self.local = build_local_mpnn(local, channels, dropout, residual=residual)

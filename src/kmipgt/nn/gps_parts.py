@@ -115,24 +115,34 @@ class Parallel:
     branch carries the input."""
 
     needs_both = False
+    beside = True  # the attention is a branch beside the local one
 
     @staticmethod
+    def first(
+        layer: GPSLayer, x: Tensor, edge_index: Tensor, batch: Tensor | None, qk_x: Tensor | None
+    ) -> Tensor:
+        """What the branches read: the layer input."""
+        return x
+
+    @classmethod
     def combine(
-        layer: GPSLayer, x: Tensor, edge_index: Tensor, batch: Tensor | None, edge_attr: Tensor | None,
+        cls, layer: GPSLayer, x: Tensor, edge_index: Tensor, batch: Tensor | None, edge_attr: Tensor | None,
         qk_x: Tensor | None,
     ) -> tuple[Tensor, Tensor | None]:
+        """The sum of the branches' contributions (and the stream, under pre-norm), and the edges."""
         placement = layer.placement
+        x = cls.first(layer, x, edge_index, batch, qk_x)
         branches = []
         if layer.local is not None:
             h_local, edge_attr = placement.local(layer, x, edge_index, edge_attr)
             branches.append(h_local)
-        if layer.attention is not None:
+        if layer.attention is not None and cls.beside:
             residual = layer.branch_residual and layer.attention_gate is None
             branches.append(placement.attention(layer, x, edge_index, batch, qk_x, residual))
         return sum(branches, x if placement.stream else 0), edge_attr
 
 
-class Series:
+class Series(Parallel):
     r"""The attention first, then the rest of the layer (the MPNN-only layer) on its output, so that the
     MPNN passes on what the attention brought in:
     :math:`\mathbf{h}_A = \mathbf{h} + \boldsymbol{\alpha} \odot \mathrm{Drop}(\mathrm{Attn}(\mathbf{h}))`
@@ -140,18 +150,16 @@ class Series:
     whatever ``branch_residual`` says (the layer input must reach the MPNN). Needs both branches."""
 
     needs_both = True
+    beside = False
 
     @staticmethod
-    def combine(
-        layer: GPSLayer, x: Tensor, edge_index: Tensor, batch: Tensor | None, edge_attr: Tensor | None,
-        qk_x: Tensor | None,
-    ) -> tuple[Tensor, Tensor | None]:
-        placement = layer.placement
-        x = placement.attention(layer, x, edge_index, batch, qk_x, residual=True)
-        h_local, edge_attr = placement.local(layer, x, edge_index, edge_attr)
-        return sum([h_local], x if placement.stream else 0), edge_attr
+    def first(
+        layer: GPSLayer, x: Tensor, edge_index: Tensor, batch: Tensor | None, qk_x: Tensor | None
+    ) -> Tensor:
+        """What the local branch reads: the attention's output with its residual."""
+        return layer.placement.attention(layer, x, edge_index, batch, qk_x, residual=True)
 
 
 # ``norm_position`` -> placement, ``attention_order`` -> combiner
 NORM_PLACEMENTS: dict[str, type[PostNorm | PreNorm]] = {"post": PostNorm, "pre": PreNorm}
-COMBINERS: dict[str, type[Parallel | Series]] = {"parallel": Parallel, "series": Series}
+COMBINERS: dict[str, type[Parallel]] = {"parallel": Parallel, "series": Series}

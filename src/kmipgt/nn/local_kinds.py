@@ -8,26 +8,18 @@ monitor and the partitioned model act on these flags instead of on kind names or
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from types import MappingProxyType
 
 import torch
 from torch_geometric.nn import GATConv, GCNConv, GINEConv, SAGEConv
 
 from kmipgt.nn.gated_gcn import GatedGCNLayer
+from kmipgt.nn.registry import NONE, KindRegistry
 
-__all__ = [
-    "NO_LOCAL",
-    "LocalKind",
-    "build_local_mpnn",
-    "local_kind",
-    "local_kinds",
-    "register_local",
-    "registered_local",
-]
+__all__ = ["LOCAL_KINDS", "NO_LOCAL", "LocalKind", "build_local_mpnn"]
 
-NO_LOCAL = "none"
+NO_LOCAL = NONE
 # ``build(channels, dropout, residual)``: the MPNN mapping ``channels`` to ``channels``; ``residual`` is
 # read only by kinds that carry their own residual.
 LocalBuilder = Callable[[int, float, bool], torch.nn.Module]
@@ -55,45 +47,19 @@ class LocalKind:
     bipartite: bool = True
 
 
-_KINDS: dict[str, LocalKind] = {}
-
-
-def register_local(kind: LocalKind) -> LocalKind:
-    """Add ``kind`` under its name (ValueError if taken or ``"none"``)."""
-    if kind.name == NO_LOCAL:
-        raise ValueError(f"{NO_LOCAL!r} means no local MPNN and cannot name a kind")
-    if kind.name in _KINDS:
-        raise ValueError(f"a local MPNN kind named {kind.name!r} is already registered")
-    _KINDS[kind.name] = kind
-    return kind
-
-
-def registered_local() -> Mapping[str, LocalKind]:
-    """Read-only view ``name -> LocalKind`` of every registered kind, in registration order."""
-    return MappingProxyType(_KINDS)
-
-
-def local_kinds() -> tuple[str, ...]:
-    """The names a layer's ``local`` takes: every registered kind, then ``"none"``."""
-    return (*_KINDS, NO_LOCAL)
-
-
-def local_kind(name: str) -> LocalKind:
-    """The kind registered as ``name``; ValueError naming every ``local`` value otherwise."""
-    if not isinstance(name, str) or name not in _KINDS:
-        raise ValueError(f"local MPNN must be one of {local_kinds()}, got {name!r}")
-    return _KINDS[name]
+# name -> LocalKind of every registered kind; ``LOCAL_KINDS.names()``: what ``local=`` takes.
+LOCAL_KINDS: KindRegistry[LocalKind] = KindRegistry("local MPNN")
 
 
 def build_local_mpnn(
     kind: str, channels: int, dropout: float = 0.0, residual: bool = True
 ) -> torch.nn.Module | None:
-    """The local MPNN of ``kind`` (:func:`local_kinds`) on ``channels``, or ``None`` for ``"none"``.
+    """The local MPNN of ``kind`` (``LOCAL_KINDS.names()``) on ``channels``, or ``None`` for ``"none"``.
     ``residual`` is the own residual connection of a kind that carries one (GatedGCN); the GPS layer adds
     the others'."""
     if kind == NO_LOCAL:
         return None
-    return local_kind(kind).build(channels, dropout, residual)
+    return LOCAL_KINDS.lookup(kind).build(channels, dropout, residual)
 
 
 def _gine(channels: int, dropout: float, residual: bool) -> torch.nn.Module:
@@ -117,4 +83,4 @@ for _kind in (
     # One head, its attention coefficients dropped out as PyG's GAT model builds it.
     LocalKind("gat", lambda c, p, residual: GATConv(c, c, dropout=p)),
 ):
-    register_local(_kind)
+    LOCAL_KINDS.register(_kind)

@@ -11,11 +11,11 @@ import torch.utils.checkpoint
 from torch import Tensor
 from torch_geometric.nn import global_add_pool, global_mean_pool
 
-from kmipgt.nn.attention_kinds import NO_ATTENTION, attention_kind
+from kmipgt.nn.attention_kinds import ATTENTION_KINDS, NO_ATTENTION
 from kmipgt.nn.encoders import EdgeEncoder, NodeEncoder
 from kmipgt.nn.gps_layer import GPSLayer, build_norm
 from kmipgt.nn.grf_core import share_walk_caches
-from kmipgt.nn.local_kinds import NO_LOCAL, local_kind
+from kmipgt.nn.local_kinds import LOCAL_KINDS, NO_LOCAL
 from kmipgt.ops.ragged import layout_of
 
 TASKS = ("node", "graph", "edge")
@@ -228,11 +228,11 @@ class GraphTransformer(_ReadoutModel):
         with_attention = _layers_with_attention(attention_layers, num_layers)
         if layer["attention"] == NO_ATTENTION:
             with_attention = set()
-        elif qk_channels is not None and not attention_kind(layer["attention"]).qk_x:
+        elif qk_channels is not None and not ATTENTION_KINDS.lookup(layer["attention"]).qk_x:
             raise ValueError(
                 f"attention kind {layer['attention']!r} takes no qk_x: set attention_qk='hidden'"
             )
-        edges = layer["local"] != NO_LOCAL and local_kind(layer["local"]).supports_edge_attr
+        edges = layer["local"] != NO_LOCAL and LOCAL_KINDS.lookup(layer["local"]).supports_edge_attr
         self.edge_encoder = EdgeEncoder(edge_channels, channels) if edges else None
         self.layers = torch.nn.ModuleList(
             GPSLayer(**(layer if i in with_attention else {**layer, **_WITHOUT_ATTENTION}))

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from kmipgt.configs import config_path
-from kmipgt.nn.attention_kinds import NO_ATTENTION, attention_kind
+from kmipgt.nn.attention_kinds import ATTENTION_KINDS, NO_ATTENTION
 
 
 @dataclass
@@ -125,7 +125,7 @@ class ModelConfig:
         ``k`` stays a top-level key so that configs written before ``attention_options`` carried the
         kind-specific options read unchanged; kinds whose core takes no ``k`` do not get it.
         """
-        core = None if self.attention == NO_ATTENTION else attention_kind(self.attention).core
+        core = None if self.attention == NO_ATTENTION else ATTENTION_KINDS.lookup(self.attention).core
         if core is not None and "k" in inspect.signature(core).parameters:
             return {"k": self.k, **self.attention_options}
         return dict(self.attention_options)

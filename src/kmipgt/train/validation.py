@@ -16,10 +16,10 @@ from kmipgt.distributed.graph_model import partitioned_attention_kinds, partitio
 from kmipgt.distributed.launch import STRATEGIES
 from kmipgt.distributed.partition import PARTITIONS
 from kmipgt.malloc import ALLOCATORS
-from kmipgt.nn.attention_kinds import attention_kinds
+from kmipgt.nn.attention_kinds import ATTENTION_KINDS
 from kmipgt.nn.gps_layer import ACTIVATIONS, NORM_KINDS
 from kmipgt.nn.gps_parts import COMBINERS, NORM_PLACEMENTS
-from kmipgt.nn.local_kinds import local_kinds
+from kmipgt.nn.local_kinds import LOCAL_KINDS
 from kmipgt.nn.model import ATTENTION_QK, POOLINGS, TASKS
 from kmipgt.train.config import Config
 from kmipgt.train.loop import PRECISIONS
@@ -68,8 +68,8 @@ def _check_data(config: Config) -> None:
 def _check_model(config: Config) -> None:
     m = config.model
     _one_of("model.kind", m.kind, tuple(MODEL_BUILDERS))
-    _one_of("model.local", m.local, local_kinds())
-    _one_of("model.attention", m.attention, attention_kinds())
+    _one_of("model.local", m.local, LOCAL_KINDS.names())
+    _one_of("model.attention", m.attention, ATTENTION_KINDS.names())
     _one_of("model.norm", m.norm, NORM_KINDS)
     _one_of("model.norm_position", m.norm_position, tuple(NORM_PLACEMENTS))
     _one_of("model.attention_order", m.attention_order, tuple(COMBINERS))
