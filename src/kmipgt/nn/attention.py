@@ -352,7 +352,7 @@ def build_global_attention(
     around its core; ``None`` for ``"none"``.
 
     Args:
-        kind: a registered kind (:func:`~kmipgt.nn.attention_kinds.attention_kinds`) or ``"none"``.
+        kind: a registered kind (:data:`~kmipgt.nn.attention_kinds.ATTENTION_KINDS`) or ``"none"``.
         channels, heads, head_dim, dropout, qk_channels: see :class:`ProjectedAttention`.
         attn_kwargs: options of the kind's core, e.g. ``{"k": 16, "backend": "ivf"}`` for ``"kmip"``;
             ignored for ``"none"``.

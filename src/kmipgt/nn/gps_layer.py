@@ -52,8 +52,8 @@ class GPSLayer(torch.nn.Module):
 
     Args:
         channels: hidden size.
-        local: local MPNN kind (:func:`~kmipgt.nn.local_kinds.local_kinds`).
-        attention: global attention kind (:func:`~kmipgt.nn.attention_kinds.attention_kinds`).
+        local: local MPNN kind (``LOCAL_KINDS.names()`` of :mod:`kmipgt.nn.local_kinds`).
+        attention: global attention kind (``ATTENTION_KINDS.names()`` of :mod:`kmipgt.nn.attention_kinds`).
         heads: attention heads.
         dropout: dropout after each branch and inside the FFN.
         attn_dropout: dropout on the attention weights.
