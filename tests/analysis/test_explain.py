@@ -13,6 +13,7 @@ import torch
 from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
 
+import kmipgt.analysis.explain_stats as explain_stats
 import kmipgt.analysis.hops as hops_module
 from kmipgt.analysis import (
     attended_keys,
@@ -191,7 +192,7 @@ def test_hop_distances_match_networkx_with_the_cap(compiled, monkeypatch):
 
 
 def test_statistics_equal_a_direct_computation_from_the_json_rows(monkeypatch):
-    monkeypatch.setattr(explain_module, "_CHUNK", 7)  # stream the split in several chunks
+    monkeypatch.setattr(explain_stats, "CHUNK", 7)  # stream the split in several chunks
     graph = _graph(num_nodes=45, seed=4)
     model = _model("kmip", heads=2, k=6, num_layers=2)
     everything = torch.arange(45)
@@ -248,7 +249,7 @@ def test_statistics_equal_a_direct_computation_from_the_json_rows(monkeypatch):
 
 
 def test_statistics_over_batches_of_graphs_equal_per_graph_computations(monkeypatch):
-    monkeypatch.setattr(explain_module, "_CHUNK", 16)
+    monkeypatch.setattr(explain_stats, "CHUNK", 16)
     graphs = [_graph(num_nodes=n, seed=n) for n in (23, 31, 12, 40, 18)]
     model = _model("kmip", heads=2, k=6, num_layers=2)
     result = explain_graphs(model, DataLoader(graphs, batch_size=2), k=6)
@@ -303,7 +304,7 @@ def test_uniform_reference_draws_from_the_query_graph_at_the_analytic_mean_dista
 
 
 def test_a_virtual_node_is_counted_apart_and_hops_are_those_of_the_graph_without_it(monkeypatch):
-    monkeypatch.setattr(explain_module, "_CHUNK", 16)
+    monkeypatch.setattr(explain_stats, "CHUNK", 16)
     plain = [_graph(num_nodes=n, seed=n) for n in (23, 31, 12, 40)]
     graphs = [add_virtual_node(g) for g in plain]
     torch.manual_seed(0)

@@ -27,7 +27,9 @@ def test_gat_layers_with_the_gated_branch_in_series_in_the_last_two(tmp_path):
     assert not any(layer.ffn or layer.branch_residual for layer in layers)
     with_attention = [i for i, layer in enumerate(layers) if layer.attention is not None]
     assert with_attention == [6, 7]
-    assert all(layers[i].series and layers[i].attention_gate is not None for i in with_attention)
+    assert all(
+        layers[i].attention_order == "series" and layers[i].attention_gate is not None for i in with_attention
+    )
     metrics = trainer.fit(progress=False)
     losses = [row["train_loss"] for row in trainer.state.history]
     assert metrics["complete"] and losses[-1] < 0.8 * losses[0]

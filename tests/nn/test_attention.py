@@ -106,7 +106,7 @@ def test_performer_redraw_changes_projection():
 
 
 # GRF samples random walks per graph, so a graph alone gets other walks than inside a batch.
-@pytest.mark.parametrize("kind", [k for k in ATTENTION_KINDS if k not in ("none", "grf")])
+@pytest.mark.parametrize("kind", [k for k in ATTENTION_KINDS.names() if k not in ("none", "grf")])
 def test_ragged_batch_equals_each_graph_alone(kind):
     torch.manual_seed(0)
     module = build_global_attention(kind, 16, heads=4, attn_kwargs=_k_for(kind, 3)).eval()
@@ -116,7 +116,7 @@ def test_ragged_batch_equals_each_graph_alone(kind):
     torch.testing.assert_close(together, alone, atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("kind", [k for k in ATTENTION_KINDS if k != "none"])
+@pytest.mark.parametrize("kind", [k for k in ATTENTION_KINDS.names() if k != "none"])
 def test_shapes_and_gradients(kind):
     torch.manual_seed(0)
     dropout = 0.0 if kind == "grf" else 0.1

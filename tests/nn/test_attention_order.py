@@ -44,13 +44,13 @@ def test_attention_order_is_checked_and_reaches_only_the_layers_with_attention()
     with pytest.raises(ValueError, match="series"):
         GPSLayer(16, local="none", attention_order="series")
     with pytest.raises(ValueError, match="attention_order"):
-        GraphTransformer(5, 16, 2, attention="none", attention_order="serial")
+        GraphTransformer(5, 16, 2, attention_order="serial")
     config = load_config(
         None, ["model.attention_order=series", "model.attention_layers=[-1]", "model.num_layers=3"]
     )
     data = PreparedData("node", None, None, in_channels=5, edge_channels=1, out_channels=3, name="x")
     model = build_model(config, data)
-    assert [layer.series for layer in model.layers] == [False, False, True]
+    assert [layer.attention_order for layer in model.layers] == ["parallel", "parallel", "series"]
     assert "attention_order='series'" in repr(model.layers[-1])
     model = build_model(load_config(None, ["model.attention_order=series", "model.attention=none"]), data)
-    assert not any(layer.series for layer in model.layers)
+    assert all(layer.attention_order == "parallel" for layer in model.layers)

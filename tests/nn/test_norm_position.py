@@ -64,7 +64,7 @@ def test_pre_norm_model_normalises_the_last_layer_once_and_trains_every_paramete
     x, edge_index, edge_attr = _inputs(channels=5)
     sizes = {"num_layers": 2, "edge_channels": 5, "attn_kwargs": {"k": 4}}
     model = GraphTransformer(5, 16, 3, norm_position="pre", **sizes)
-    assert all(layer.pre_norm for layer in model.layers) and model.norm_out is not None
+    assert all(layer.norm_position == "pre" for layer in model.layers) and model.norm_out is not None
     assert GraphTransformer(5, 16, 3, **sizes).norm_out is None
     h = model.node_encoder(x)
     e = model.edge_encoder(edge_attr, edge_index.size(1))
@@ -87,5 +87,5 @@ def test_norm_position_is_checked_and_read_from_the_config():
         validate_config(load_config(None, ["model.norm_position=middle"]))
     data = PreparedData("node", None, None, in_channels=5, edge_channels=1, out_channels=3, name="x")
     model = build_model(load_config(None, ["model.norm_position=pre", "model.num_layers=2"]), data)
-    assert [layer.pre_norm for layer in model.layers] == [True, True]
+    assert [layer.norm_position == "pre" for layer in model.layers] == [True, True]
     assert "norm_position='pre'" in repr(model.layers[0])

@@ -8,19 +8,18 @@ imports :mod:`kmipgt.train` itself.
 """
 
 from kmipgt.analysis.explain import (
-    EXPLAINABLE_KINDS,
     HOP_CAP,
     attended_keys,
     attention_modules,
     check_queries,
     explain,
     explain_graphs,
+    explainable_kinds,
     run_forward,
     sample_queries,
     select_layers_heads,
-    share_beyond,
-    summary_rows,
 )
+from kmipgt.analysis.explain_stats import share_beyond, summary_rows
 from kmipgt.analysis.hops import hop_distances, undirected_adjacency
 from kmipgt.analysis.probe import (
     hop_means,
@@ -33,7 +32,6 @@ from kmipgt.analysis.seg_wl import WLResult, seg_wl
 from kmipgt.analysis.tokens import LayerTokens, collect_tokens, kmip_layers, load_tokens, save_tokens
 
 __all__ = [
-    "EXPLAINABLE_KINDS",
     "HOP_CAP",
     "LayerTokens",
     "WLResult",
@@ -43,6 +41,7 @@ __all__ = [
     "collect_tokens",
     "explain",
     "explain_graphs",
+    "explainable_kinds",
     "hop_distances",
     "hop_means",
     "kmip_layers",

@@ -1,11 +1,11 @@
 """Which keys a trained model's global attention attends to, and statistics of them over a split.
 
-The keys and weights are the ones the forward pass itself used: every attention module with explicit
-weights (:class:`~kmipgt.nn.KMIPAttention`, :class:`~kmipgt.nn.FullAttention`) keeps its last selection
-while ``keep_attention`` is set, and a forward hook hands it on as soon as the layer has run. Only the
-chosen queries' rows are kept (``O(Q·k·layers·heads)``); statistics over every query of a split are
-accumulated chunk by chunk from one layer's selection before the next layer runs, and over a split of
-many graphs batch by batch (:func:`explain_graphs`).
+The keys and weights are the ones the forward pass itself used: every attention module of a kind with explicit
+weights (``explain`` in its :class:`~kmipgt.nn.AttentionKind`: k-MIP's own selection, full attention's largest
+weights) keeps its last selection while ``keep_attention`` is set, and a forward hook hands it on as soon as
+the layer has run. Only the chosen queries' rows are kept (``O(Q·k·layers·heads)``); statistics over every
+query of a split are accumulated chunk by chunk from one layer's selection before the next layer runs, and
+over a split of many graphs batch by batch (:func:`explain_graphs`).
 """
 
 from __future__ import annotations
@@ -13,55 +13,59 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sized
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.data import Data
 from tqdm import tqdm
 
-from kmipgt.analysis.hops import HOP_CAP, hop_distances, undirected_adjacency
-from kmipgt.data import virtual_node_mask
+from kmipgt.analysis.explain_stats import (
+    Accumulator,
+    Context,
+    add_mpnn_reference,
+    add_uniform_reference,
+    chunks,
+    graph_context,
+    key_hops,
+    query_rows,
+)
+from kmipgt.analysis.hops import HOP_CAP
 from kmipgt.logs import quiet
-from kmipgt.nn import FullAttention, GraphTransformer, KMIPAttention
+from kmipgt.nn import GraphTransformer, ProjectedAttention
+from kmipgt.nn.attention_kinds import ATTENTION_KINDS
 from kmipgt.ops import AttentionSelection
 
 __all__ = [
-    "EXPLAINABLE_KINDS",
     "HOP_CAP",
     "attended_keys",
     "attention_modules",
     "check_queries",
     "explain",
     "explain_graphs",
+    "explainable_kinds",
     "run_forward",
     "sample_queries",
     "select_layers_heads",
-    "share_beyond",
-    "summary_rows",
 ]
 
-EXPLAINABLE_KINDS = ("kmip", "full")
-# Queries per statistics chunk: bounds the [chunk, H, k] gathers and the hop search's working set.
-_CHUNK = 4096
-HOP_LABELS = [*(str(h) for h in range(HOP_CAP + 1)), f">{HOP_CAP}"]
+def explainable_kinds() -> tuple[str, ...]:
+    """The registered attention kinds whose attended keys can be explained (``explain`` flag set)."""
+    return tuple(name for name, kind in ATTENTION_KINDS.items() if kind.explain is not None)
 
 
-def attention_modules(model: GraphTransformer) -> dict[int, KMIPAttention | FullAttention]:
+def attention_modules(model: GraphTransformer) -> dict[int, ProjectedAttention]:
     """The global attention module of each layer that has one, by layer number (``attention_layers`` may
     leave layers without); ValueError unless each has explicit weights and at least one layer has one."""
-    supported = " and ".join(map(repr, EXPLAINABLE_KINDS))
+    supported = " and ".join(map(repr, explainable_kinds()))
     if len(model.layers) == 0:
         raise ValueError("the model has no layers, so no attention to explain")
     modules = {}
     for number, layer in enumerate(model.layers):
         if layer.attention is None:
             continue
-        if not isinstance(layer.attention, KMIPAttention | FullAttention):
+        if layer.attention.kind.explain is None:
             raise ValueError(f"attention kind {layer.attention_kind!r} (layer {number}) has no explicit "
                              f"attention weights; explain supports {supported}")
         modules[number] = layer.attention
@@ -73,7 +77,7 @@ def attention_modules(model: GraphTransformer) -> dict[int, KMIPAttention | Full
 
 @contextlib.contextmanager
 def _streaming(
-    modules: dict[int, KMIPAttention | FullAttention], k: int,
+    modules: dict[int, ProjectedAttention], k: int,
     consume: Callable[[int, AttentionSelection], None],
 ) -> Iterator[None]:
     """While active, each module's forward hands ``(layer, selection)`` to ``consume`` and keeps nothing."""
@@ -81,7 +85,7 @@ def _streaming(
     handles = []
     for layer, module in modules.items():
         module.keep_attention = True
-        if isinstance(module, FullAttention):
+        if _top_weights(module):
             module.kept_keys = k
 
         def hook(module, args, output, layer=layer):
@@ -169,210 +173,6 @@ def attended_keys(
     return kept
 
 
-@dataclass
-class _Accumulator:
-    """Weighted sums over the queries seen so far, per head, from which :meth:`stats` are read."""
-
-    heads: int
-    histogram: Tensor = field(init=False)
-    sums: dict[str, Tensor] = field(init=False)
-    received: Tensor = field(init=False)
-    distinct: Tensor = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.histogram = torch.zeros(self.heads, HOP_CAP + 2, dtype=torch.float64)
-        names = ("weight", "hops", "reachable", "train", "same", "entropy", "queries", "mass", "virtual")
-        self.sums = {name: torch.zeros(self.heads, dtype=torch.float64) for name in names}
-        self.received = torch.zeros(self.heads, 0, dtype=torch.bool)
-        self.distinct = torch.zeros(self.heads, dtype=torch.long)
-
-    def start_graph(self, num_nodes: int) -> None:
-        """Queries of a new (batch of) graph(s) follow: distinct keys so far are counted and reset."""
-        self.distinct += self.received.sum(1)
-        self.received = torch.zeros(self.heads, num_nodes, dtype=torch.bool)
-
-    def add(self, sources: Tensor, selection: AttentionSelection, hops: Tensor, context: _Context) -> None:
-        """Fold in ``[C]`` queries: selection ``[C, H, k]`` and their key hops ``[C, H, k]`` (-1: > cap)."""
-        weight = selection.weight.double() * (selection.index >= 0)
-        index = selection.index.clamp(min=0)
-        sums = self.sums
-        # A virtual node is no place in the graph: its weight is counted apart, not binned by hops.
-        on_graph = weight
-        if context.virtual is not None:
-            on_virtual = weight * context.virtual[index]
-            sums["virtual"] += on_virtual.sum((0, 2))
-            on_graph = weight - on_virtual
-        bins = torch.where(hops < 0, HOP_CAP + 1, hops) + (HOP_CAP + 2) * torch.arange(self.heads)[:, None]
-        self.histogram += torch.bincount(
-            bins.flatten(), on_graph.flatten(), minlength=self.heads * (HOP_CAP + 2)
-        ).view(self.heads, -1)
-        reachable = on_graph * (hops >= 0)
-        sums["weight"] += weight.sum((0, 2))
-        sums["hops"] += (reachable * hops.clamp(min=0)).sum((0, 2))
-        sums["reachable"] += reachable.sum((0, 2))
-        sums["entropy"] += torch.special.entr(weight).sum((0, 2))
-        sums["queries"] += (weight.sum(-1) > 0).sum(0)
-        if context.train is not None:
-            sums["train"] += (weight * context.train[index]).sum((0, 2))
-        if context.labels is not None:
-            same = context.labels[index] == context.labels[sources][:, None, None]
-            sums["same"] += (weight * same).sum((0, 2))
-        if selection.mass is not None:
-            sums["mass"] += selection.mass.double().sum(0)
-        heads = torch.arange(self.heads)[None, :, None].expand_as(index)
-        self.received[heads[on_graph > 0], index[on_graph > 0]] = True
-
-    def stats(self, head: int, context: _Context, mass: bool = False) -> dict[str, Any]:
-        """The statistics of one head (see :func:`explain`)."""
-        sums = {name: float(value[head]) for name, value in self.sums.items()}
-        total = sums["weight"]
-        binned = self.histogram[head] / max(total - sums["virtual"], 1e-300)
-        out: dict[str, Any] = {
-            "hops_histogram": dict(zip(HOP_LABELS, binned.tolist())),
-            "mean_hops": sums["hops"] / sums["reachable"] if sums["reachable"] > 0 else None,
-            "weight_on_train": sums["train"] / total if context.train is not None and total else None,
-            "same_label_rate": sums["same"] / total if context.labels is not None and total else None,
-            "base_same_label_rate": context.base_same_label_rate,
-            "entropy": sums["entropy"] / sums["queries"] if sums["queries"] else None,
-            "distinct_keys": int(self.distinct[head] + self.received[head].sum()),
-            "queries": int(sums["queries"]),
-            "weight_on_virtual_node": (
-                sums["virtual"] / total if context.virtual is not None and total else None
-            ),
-        }
-        if mass:
-            out["mean_mass"] = sums["mass"] / sums["queries"] if sums["queries"] else None
-        return out
-
-
-@dataclass
-class _Context:
-    """What every statistic needs about the graph: adjacency, labels, training nodes, split nodes, which
-    graph of a batch each node belongs to (``owner`` ``[N]``, ``ptr`` ``[G + 1]`` first nodes), and the
-    virtual nodes (``virtual`` ``[N]`` bool, the last node of each graph; ``None`` without them)."""
-
-    adjacency: sp.csr_matrix
-    split_nodes: Tensor
-    labels: Tensor | None
-    train: Tensor | None
-    base_same_label_rate: float | None
-    owner: Tensor
-    ptr: Tensor
-    virtual: Tensor | None = None
-
-
-def _context(
-    graph: Data, split_nodes: Tensor, labels: Tensor | None = None, train_mask: Tensor | None = None,
-    virtual_node: bool = False,
-) -> _Context:
-    """With ``virtual_node``, hops are those of the graph without its virtual nodes (through one, every
-    pair of nodes is 2 hops apart), and no virtual node is a query."""
-    labels = None if labels is None else labels.cpu()
-    base = None
-    if labels is not None and split_nodes.numel():
-        # Chance that a uniformly drawn node of the graph shares a split query's label.
-        share = torch.bincount(labels).double() / labels.numel()
-        base = float(share[labels[split_nodes]].mean())
-    train = None if train_mask is None else train_mask.cpu().double()
-    owner, ptr = graph.get("batch"), graph.get("ptr")  # a PyG Batch carries both
-    if owner is None:
-        owner, ptr = torch.zeros(graph.num_nodes, dtype=torch.long), torch.tensor([0, graph.num_nodes])
-    owner, ptr, edge_index = owner.cpu(), ptr.cpu(), graph.edge_index.cpu()
-    virtual = None
-    if virtual_node:
-        virtual = virtual_node_mask(graph).cpu()
-        if int(virtual.sum()) != ptr.numel() - 1 or not bool(virtual[ptr[1:] - 1].all()):
-            raise ValueError("data.virtual_node: expected one virtual node per graph, its last node")
-        edge_index = edge_index[:, ~(virtual[edge_index[0]] | virtual[edge_index[1]])]
-        split_nodes = split_nodes[~virtual[split_nodes]]
-    adjacency = undirected_adjacency(edge_index, graph.num_nodes)
-    return _Context(adjacency, split_nodes, labels, train, base, owner, ptr, virtual)
-
-
-def _key_hops(context: _Context, sources: Tensor, index: Tensor) -> Tensor:
-    """``[C, H, k]`` hops from each source to its keys (``-1`` beyond the cap or padding)."""
-    hops = hop_distances(context.adjacency, sources.numpy(), index.reshape(index.shape[0], -1).numpy())
-    return torch.from_numpy(hops).view(index.shape)
-
-
-def _chunks(nodes: Tensor, size: int = _CHUNK) -> list[Tensor]:
-    return list(nodes.split(size)) if nodes.numel() else []
-
-
-def _add_mpnn_reference(accumulator: _Accumulator, context: _Context) -> None:
-    """Fold in the 1-hop neighbourhood of each split query, with uniform weights (the graph's virtual node,
-    if any, is one more neighbour: the message passing reads it too)."""
-    adjacency = context.adjacency
-    degree = torch.from_numpy(np.diff(adjacency.indptr))
-    width = max(1, int(degree.max()))
-    indptr = torch.from_numpy(adjacency.indptr)
-    # A trailing -1 that every slot past a node's degree points at: those slots become padding.
-    indices = torch.cat([torch.from_numpy(adjacency.indices), torch.tensor([-1])])
-    accumulator.start_graph(adjacency.shape[0])
-    for sources in _chunks(context.split_nodes, max(1, _CHUNK * 16 // width)):
-        slots = torch.arange(width)
-        valid = slots < degree[sources, None]
-        index = indices[torch.where(valid, indptr[sources, None] + slots, indices.numel() - 1)]
-        count = degree[sources, None]
-        if context.virtual is not None:
-            hub = context.ptr[context.owner[sources] + 1] - 1  # each graph's last node
-            index, valid = torch.cat([index, hub[:, None]], 1), F.pad(valid, (0, 1), value=True)
-            count = count + 1
-        index = index[:, None, :]
-        weight = (valid / count.clamp(min=1))[:, None, :]
-        selection = AttentionSelection(index, weight, weight)
-        accumulator.add(sources, selection, _key_hops(context, sources, index), context)
-
-
-def _add_uniform_reference(
-    accumulator: _Accumulator, context: _Context, k: int, generator: torch.Generator
-) -> None:
-    """Fold in k keys per split query drawn uniformly, with replacement, from the query's own graph
-    (itself included; its virtual node not), with weights 1/k: where attention would look if its choice
-    were blind."""
-    accumulator.start_graph(context.adjacency.shape[0])
-    for sources in _chunks(context.split_nodes):
-        graph = context.owner[sources]
-        start, size = context.ptr[graph], context.ptr[graph + 1] - context.ptr[graph]
-        if context.virtual is not None:
-            size = size - 1  # the virtual node is the graph's last
-        start, size = start[:, None, None], size[:, None, None]
-        draw = torch.rand(sources.numel(), 1, k, generator=generator, dtype=torch.float64)
-        index = start + (draw * size).long().clamp(max=size - 1)
-        weight = torch.full(index.shape, 1.0 / k, dtype=torch.float64)
-        selection = AttentionSelection(index, weight, weight)
-        accumulator.add(sources, selection, _key_hops(context, sources, index), context)
-
-
-def _query_rows(
-    context: _Context, queries: Tensor, selection: AttentionSelection, hops: Tensor, head: int
-) -> list[dict[str, Any]]:
-    """JSON rows of the chosen queries for one head: each query's keys, best first."""
-    rows = []
-    for q, node in enumerate(queries.tolist()):
-        label = None if context.labels is None else int(context.labels[node])
-        keys = []
-        for slot, key in enumerate(selection.index[q, head].tolist()):
-            if key < 0:
-                continue
-            hop = int(hops[q, head, slot])
-            keys.append(
-                {
-                    "node": key,
-                    "score": float(selection.score[q, head, slot]),
-                    "weight": float(selection.weight[q, head, slot]),
-                    "hops": hop if hop >= 0 else None,
-                    "train": None if context.train is None else bool(context.train[key]),
-                    "same_label": None if label is None else int(context.labels[key]) == label,
-                }
-            )
-        row: dict[str, Any] = {"node": node, "label": label, "keys": keys}
-        if selection.mass is not None:
-            row["mass"] = float(selection.mass[q, head])
-        rows.append(row)
-    return rows
-
-
 def select_layers_heads(
     model: GraphTransformer, layer: int | None = None, head: int | None = None
 ) -> tuple[list[int], list[int]]:
@@ -389,15 +189,21 @@ def select_layers_heads(
     return layers, list(range(_first(modules).heads)) if head is None else [head]
 
 
-def _first(modules: dict[int, KMIPAttention | FullAttention]) -> KMIPAttention | FullAttention:
+def _first(modules: dict[int, ProjectedAttention]) -> ProjectedAttention:
     """The first layer's attention: every layer with attention has the same kind and heads."""
     return next(iter(modules.values()))
+
+
+def _top_weights(module: ProjectedAttention) -> bool:
+    """Whether ``module`` keeps the largest weights of a softmax over every key (``kept_keys`` of them,
+    renormalised, with their ``mass``), not the selection its forward used."""
+    return module.kind.explain == "top_weights"
 
 
 class _Explainer:
     """Statistics of a model's attention over split queries, folded in one graph (or batch) at a time.
 
-    Per explained layer an :class:`_Accumulator` over its heads; one each for the MPNN's 1-hop reference
+    Per explained layer an :class:`Accumulator` over its heads; one each for the MPNN's 1-hop reference
     and the uniform reference (``k`` random keys of the query's own graph, drawn with ``seed``).
     """
 
@@ -406,29 +212,29 @@ class _Explainer:
     ) -> None:
         self.model, self.modules, self.layers, self.bar = model, attention_modules(model), layers, bar
         self.requested_k = self.k = k
-        self.accumulators: dict[int, _Accumulator] = {}
-        self.mpnn, self.uniform = _Accumulator(1), _Accumulator(1)
+        self.accumulators: dict[int, Accumulator] = {}
+        self.mpnn, self.uniform = Accumulator(1), Accumulator(1)
         self.generator = torch.Generator().manual_seed(seed)
         self.num_queries = self.num_graphs = 0
 
     def observe(
         self,
         graph: Data,
-        context: _Context,
+        context: Context,
         chosen: Callable[[int, AttentionSelection], None] | None = None,
     ) -> None:
         """One forward over ``graph``: fold in each split query; each layer's selection goes to ``chosen``."""
-        chunks = _chunks(context.split_nodes)
+        query_chunks = chunks(context.split_nodes)
 
         def consume(number: int, selection: AttentionSelection) -> None:
             if number not in self.layers:
                 return
             self.k = selection.index.shape[-1]
-            accumulator = self.accumulators.setdefault(number, _Accumulator(selection.index.shape[1]))
+            accumulator = self.accumulators.setdefault(number, Accumulator(selection.index.shape[1]))
             accumulator.start_graph(graph.num_nodes)
-            for sources in chunks:
+            for sources in query_chunks:
                 part = _rows(selection, sources)
-                accumulator.add(sources, part, _key_hops(context, sources, part.index), context)
+                accumulator.add(sources, part, key_hops(context, sources, part.index), context)
                 if self.bar is not None:
                     self.bar.update()
             if chosen is not None:
@@ -436,16 +242,16 @@ class _Explainer:
 
         with _streaming(self.modules, self.requested_k, consume):
             run_forward(self.model, graph)
-        _add_mpnn_reference(self.mpnn, context)
-        _add_uniform_reference(self.uniform, context, self.k, self.generator)
+        add_mpnn_reference(self.mpnn, context)
+        add_uniform_reference(self.uniform, context, self.k, self.generator)
         self.num_queries += context.split_nodes.numel()
         self.num_graphs += context.ptr.numel() - 1
 
     def result(
-        self, context: _Context, num_nodes: int, heads: list[int], queries: dict[tuple[int, int], list]
+        self, context: Context, num_nodes: int, heads: list[int], queries: dict[tuple[int, int], list]
     ) -> dict[str, Any]:
         """The ``explain.json`` content; ``queries`` maps ``(layer, head)`` to its listed query rows."""
-        full = isinstance(_first(self.modules), FullAttention)
+        full = _top_weights(_first(self.modules))
         layers = [
             {
                 "layer": number,
@@ -458,7 +264,7 @@ class _Explainer:
         ]
         return {
             "k": self.k,
-            "attention": "full" if full else "kmip",
+            "attention": _first(self.modules).attn_type,
             "num_nodes": num_nodes,
             "num_queries": self.num_queries,
             "num_graphs": self.num_graphs,
@@ -524,7 +330,7 @@ def explain(
     layers, heads = select_layers_heads(model, layer, head)
     queries = check_queries(queries, graph.num_nodes)
     split_nodes = check_queries(split_nodes, graph.num_nodes)
-    context = _context(graph, split_nodes, labels, train_mask, virtual_node)
+    context = graph_context(graph, split_nodes, labels, train_mask, virtual_node)
     if context.virtual is not None and bool(context.virtual[queries].any()):
         hub = int(queries[context.virtual[queries]][0])
         raise ValueError(f"node {hub} is the virtual node: it is no query")
@@ -532,11 +338,11 @@ def explain(
 
     def listed(number: int, selection: AttentionSelection) -> None:
         chosen = _rows(selection, queries)
-        hops = _key_hops(context, queries, chosen.index)
+        hops = key_hops(context, queries, chosen.index)
         for h in heads:
-            rows[number, h] = _query_rows(context, queries, chosen, hops, h)
+            rows[number, h] = query_rows(context, queries, chosen, hops, h)
 
-    with _bar(progress, len(layers) * len(_chunks(split_nodes))) as bar:
+    with _bar(progress, len(layers) * len(chunks(split_nodes))) as bar:
         explainer = _Explainer(model, k, layers, bar, seed)
         explainer.observe(graph, context, listed)
     virtual = 0 if context.virtual is None else int(context.virtual.sum())
@@ -568,46 +374,10 @@ def explain_graphs(
     total = len(batches) if isinstance(batches, Sized) else None
     with _bar(progress, total) as bar:
         for graph in batches:
-            context = _context(graph, torch.arange(graph.num_nodes), virtual_node=virtual_node)
+            context = graph_context(graph, torch.arange(graph.num_nodes), virtual_node=virtual_node)
             explainer.observe(graph, context)
             bar.update()
     if context is None:
         raise ValueError("the split has no graph to explain")
     # Every node is a query here, so the nodes of the split are its queries.
     return explainer.result(context, explainer.num_queries, heads, {})
-
-
-def share_beyond(histogram: dict[str, float], hops: int) -> float:
-    """Share of a ``hops_histogram``'s weight farther than ``hops`` (the ``">64"`` bin included)."""
-    return sum(share for label, share in histogram.items() if label == f">{HOP_CAP}" or int(label) > hops)
-
-
-def summary_rows(explanation: dict[str, Any], reach: int) -> list[dict[str, Any]]:
-    """Per explained layer (over its heads: mean, min, max) and per reference: mean hops, the share of
-    weight beyond ``reach`` hops (what the message passing cannot see), the entropy, the distinct keys
-    per graph (far below the queries per graph: many queries read the same few keys) and the weight on
-    the virtual node (``None`` without one)."""
-    graphs = explanation["num_graphs"]
-    by_layer: dict[int, list[dict[str, Any]]] = {}
-    for entry in explanation["layers"]:
-        by_layer.setdefault(entry["layer"], []).append(entry["stats"])
-    named = [(f"layer {layer}", stats) for layer, stats in sorted(by_layer.items())]
-    named += [
-        ("uniform keys", [explanation["uniform_reference"]]),
-        ("MPNN 1-hop", [explanation["mpnn_reference"]]),
-    ]
-    rows = []
-    for name, stats in named:
-        figures = {
-            "mean_hops": [s["mean_hops"] for s in stats if s["mean_hops"] is not None],
-            "beyond": [share_beyond(s["hops_histogram"], reach) for s in stats],
-            "entropy": [s["entropy"] for s in stats if s["entropy"] is not None],
-            "distinct_per_graph": [s["distinct_keys"] / graphs for s in stats],
-            "virtual": [v for s in stats if (v := s.get("weight_on_virtual_node")) is not None],
-        }
-        rows.append({"name": name, **{key: _spread(values) for key, values in figures.items()}})
-    return rows
-
-
-def _spread(values: list[float]) -> tuple[float, float, float] | None:
-    return (float(np.mean(values)), min(values), max(values)) if values else None

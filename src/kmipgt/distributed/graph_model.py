@@ -18,18 +18,27 @@ from kmipgt.distributed.attention import sharded_kmip_attention
 from kmipgt.distributed.batch_norm import global_batch_norms
 from kmipgt.distributed.halo import HaloPlan, halo_exchange
 from kmipgt.nn import GraphTransformer, KMIPCore
+from kmipgt.nn.attention_kinds import ATTENTION_KINDS, NO_ATTENTION
+from kmipgt.nn.local_kinds import LOCAL_KINDS, NO_LOCAL
 from kmipgt.ops import APPROXIMATE_BACKENDS, SEARCH_BACKENDS
 
 __all__ = [
-    "PARTITIONED_ATTENTION_KINDS",
-    "PARTITIONED_LOCAL_KINDS",
     "PartitionedGraphTransformer",
     "ShardedKMIPCore",
+    "partitioned_attention_kinds",
+    "partitioned_local_kinds",
 ]
 
-# MPNNs that take (x_src, x_dst) pairs; GCN's normalisation would need the halo nodes' degrees as well.
-PARTITIONED_LOCAL_KINDS = ("gatedgcn", "gine", "sage", "gat", "none")
-PARTITIONED_ATTENTION_KINDS = ("kmip", "none")
+
+def partitioned_local_kinds() -> tuple[str, ...]:
+    """The local MPNN kinds a partition runs: those that take ``(x_src, x_dst)`` pairs, and ``"none"``."""
+    return (*(name for name, kind in LOCAL_KINDS.items() if kind.bipartite), NO_LOCAL)
+
+
+def partitioned_attention_kinds() -> tuple[str, ...]:
+    """The attention kinds a partition runs: those flagged ``shardable`` (k-MIP), and ``"none"``."""
+    return (*(name for name, kind in ATTENTION_KINDS.items() if kind.shardable), NO_ATTENTION)
+
 # Search options the sharded op takes: it searches every visiting key block exactly.
 _SHARDED_SEARCH_OPTIONS = ("scale",)
 _EXACT_BACKENDS = tuple(name for name in SEARCH_BACKENDS if name not in APPROXIMATE_BACKENDS)
@@ -75,14 +84,14 @@ def check_partitionable(model: torch.nn.Module) -> None:
     if model.task != "node":
         raise ValueError(f"distributed.strategy 'graph' trains node-level tasks, got task {model.task!r}")
     for layer in model.layers:
-        if layer.local_kind not in PARTITIONED_LOCAL_KINDS:
+        if layer.local_kind not in partitioned_local_kinds():
             raise ValueError(
-                f"distributed.strategy 'graph' runs the local MPNNs {PARTITIONED_LOCAL_KINDS}, "
+                f"distributed.strategy 'graph' runs the local MPNNs {partitioned_local_kinds()}, "
                 f"got {layer.local_kind!r}"
             )
-        if layer.attention is not None and not isinstance(layer.attention.core, KMIPCore):
+        if layer.attention_kind not in partitioned_attention_kinds():
             raise ValueError(
-                f"distributed.strategy 'graph' runs the attention kinds {PARTITIONED_ATTENTION_KINDS}, "
+                f"distributed.strategy 'graph' runs the attention kinds {partitioned_attention_kinds()}, "
                 f"got {layer.attention_kind!r}"
             )
 

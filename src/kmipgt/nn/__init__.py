@@ -1,10 +1,7 @@
-"""Neural-network modules: global attention (one projection, a core per kind: k-MIP, full, Performer,
-GRF), local MPNNs, GPS layers, PyG's GPSConv with k-MIP, the model, PyG baselines."""
+"""Neural-network modules: global attention (one projection, a core per registered kind: k-MIP, full,
+Performer, GRF), local MPNN kinds, GPS layers, PyG's GPSConv with k-MIP, the model, PyG baselines."""
 
 from kmipgt.nn.attention import (
-    ATTENTION_KINDS,
-    ATTENTION_TYPES,
-    CORES,
     FullAttention,
     GRFAttention,
     KMIPAttention,
@@ -12,21 +9,23 @@ from kmipgt.nn.attention import (
     ProjectedAttention,
     build_global_attention,
 )
+from kmipgt.nn.attention_kinds import ATTENTION_KINDS, AttentionKind
 from kmipgt.nn.baselines import BASELINE_KINDS, BaselineModel
 from kmipgt.nn.cores import AttentionCore, FullCore, KMIPCore, PerformerCore
 from kmipgt.nn.encoders import EdgeEncoder, FourierFeatures, NodeEncoder
 from kmipgt.nn.gated_gcn import GatedGCNLayer
 from kmipgt.nn.gps_conv import KMIPGPSConv
-from kmipgt.nn.gps_layer import GPSLayer, build_local_mpnn, build_norm
+from kmipgt.nn.gps_layer import GPSLayer, build_norm
 from kmipgt.nn.grf_core import GRFCore, GRFWalkCache, share_walk_caches
+from kmipgt.nn.local_kinds import LOCAL_KINDS, LocalKind, build_local_mpnn
 from kmipgt.nn.model import GraphTransformer, MLPHead
 
 __all__ = [
     "ATTENTION_KINDS",
-    "ATTENTION_TYPES",
     "BASELINE_KINDS",
-    "CORES",
+    "LOCAL_KINDS",
     "AttentionCore",
+    "AttentionKind",
     "BaselineModel",
     "EdgeEncoder",
     "FourierFeatures",
@@ -41,6 +40,7 @@ __all__ = [
     "KMIPAttention",
     "KMIPCore",
     "KMIPGPSConv",
+    "LocalKind",
     "MLPHead",
     "NodeEncoder",
     "PerformerAttention",

@@ -1,9 +1,9 @@
 """Global attention: one query/key/value/output projection, one core per kind.
 
 :class:`ProjectedAttention` projects node features to per-head tokens, hands them to the core of its kind
-(:data:`CORES`: ``kmip``, ``full``, ``performer``, ``grf``; ``none`` means no attention) and projects the
-result back. Kind-specific options (``k``, search options, random features, walk options) are the core's
-``attn_kwargs`` and pass through every layer above untouched, as in PyG's
+(registered in :mod:`kmipgt.nn.attention_kinds`: ``kmip``, ``full``, ``performer``, ``grf``; ``none`` means no
+attention) and projects the result back. Kind-specific options (``k``, search options, random features, walk
+options) are the core's ``attn_kwargs`` and pass through every layer above untouched, as in PyG's
 ``GPSConv(attn_type=..., attn_kwargs=...)``; the common sizes (channels, heads, head_dim, dropout) are
 explicit. :class:`KMIPAttention`, :class:`FullAttention`, :class:`PerformerAttention` and
 :class:`GRFAttention` fix the kind, for use in any PyG model:
@@ -25,15 +25,9 @@ from torch import Tensor
 
 from kmipgt.grf import CSRPattern
 from kmipgt.grf.edge_sums import default_chunk_rows, normalised_kernel_attention_rows
-from kmipgt.nn.cores import AttentionCore, FullCore, KMIPCore, PerformerCore
+from kmipgt.nn.attention_kinds import ATTENTION_KINDS, NO_ATTENTION, AttentionKind
+from kmipgt.nn.cores import FullCore, KMIPCore, PerformerCore
 from kmipgt.nn.grf_core import GRFCore
-
-CORES: dict[str, type[AttentionCore]] = {
-    "kmip": KMIPCore,
-    "full": FullCore,
-    "performer": PerformerCore,
-    "grf": GRFCore,
-}
 
 
 def _core_attribute(name: str) -> property:
@@ -52,9 +46,10 @@ class ProjectedAttention(torch.nn.Module):
         \mathbf{o} = W_O \big\Vert_{h=1}^{H} \operatorname{core}\big(\mathbf{x}_{qk} W^h_Q,\,
         \mathbf{x}_{qk} W^h_K,\, \mathbf{x} W^h_V\big)
 
-    with :math:`\mathbf{x}_{qk} = \mathbf{x}` unless ``qk_x`` is given. Each subclass names its kind in
-    ``attn_type``; its core (:data:`CORES`) is built from ``heads``, ``head_dim``, ``dropout`` and
-    ``**attn_kwargs``. Build a subclass or use :func:`build_global_attention`, not this class itself.
+    with :math:`\mathbf{x}_{qk} = \mathbf{x}` unless ``qk_x`` is given. The kind is the subclass's
+    ``attn_type`` or the ``attn_type`` argument; its core
+    (:attr:`~kmipgt.nn.attention_kinds.AttentionKind.core`) is built from ``heads``, ``head_dim``,
+    ``dropout`` and ``**attn_kwargs``. :func:`build_global_attention` builds the module of a kind.
 
     Args:
         channels: input and output size.
@@ -68,12 +63,11 @@ class ProjectedAttention(torch.nn.Module):
         value_projection: project the values with :math:`W_V` (default). ``False`` uses the input's
             channels as values, head h reading channels :math:`[h d, (h + 1) d)` of :math:`\mathbf{x}`, so
             that each head's output is a weighted mean of hidden states; needs :math:`H d` = ``channels``.
+        attn_type: the registered kind (default: the subclass's own).
         **attn_kwargs: options of the kind's core.
     """
 
-    attn_type: str
-    # Set by kinds whose core has no half-precision kernels: they run in float32, outside autocast.
-    float32_only: bool = False
+    attn_type: str | None = None
     dropout = _core_attribute("dropout")
 
     def __init__(
@@ -85,9 +79,17 @@ class ProjectedAttention(torch.nn.Module):
         qk_channels: int | None = None,
         qk_dim: int | None = None,
         value_projection: bool = True,
+        attn_type: str | None = None,
         **attn_kwargs,
     ):
         super().__init__()
+        own = type(self).attn_type
+        if attn_type is None and own is None:
+            raise TypeError(f"{type(self).__name__} needs attn_type, the attention kind")
+        if own is not None and attn_type not in (None, own):
+            raise ValueError(f"{type(self).__name__} is attention kind {own!r}, got attn_type={attn_type!r}")
+        self.attn_type = own or attn_type
+        self.kind: AttentionKind = ATTENTION_KINDS.lookup(self.attn_type)
         if channels <= 0:
             raise ValueError(f"channels must be positive, got {channels}")
         if heads <= 0:
@@ -121,7 +123,7 @@ class ProjectedAttention(torch.nn.Module):
         self.lin_value = torch.nn.Linear(channels, inner) if value_projection else torch.nn.Identity()
         self.lin_out = torch.nn.Linear(inner, channels)
         # A core's own sizes (random features, projections) are those of the queries and keys.
-        self.core = CORES[self.attn_type](heads, qk_dim, dropout, **attn_kwargs)
+        self.core = self.kind.core(heads, qk_dim, dropout, **attn_kwargs)
 
     def reset_parameters(self) -> None:
         for lin in (self.lin_query, self.lin_key, self.lin_value, self.lin_out):
@@ -175,8 +177,10 @@ class ProjectedAttention(torch.nn.Module):
         """``x [N, channels]``, ``edge_index [2, E]``, sorted ``batch [N]``, ``qk_x [N, qk_channels]``
         -> ``[N, channels]``."""
         self._check_input(x, batch, qk_x)
+        if self.kind.edge_index and edge_index is None:
+            raise ValueError(f"edge_index [2, E] is required by attention kind {self.attn_type!r}")
         precision = contextlib.nullcontext()
-        if self.float32_only:
+        if self.kind.float32_only:
             x, qk_x = x.float(), None if qk_x is None else qk_x.float()
             precision = torch.autocast(x.device.type, enabled=False)
         with precision:
@@ -290,7 +294,6 @@ class GRFAttention(ProjectedAttention):
     """
 
     attn_type = "grf"
-    float32_only = True
 
     def _attend(
         self, x: Tensor, edge_index: Tensor | None, batch: Tensor | None, qk_x: Tensor | None
@@ -326,10 +329,13 @@ class GRFAttention(ProjectedAttention):
         return out
 
 
-ATTENTION_TYPES: dict[str, type[ProjectedAttention]] = {
-    cls.attn_type: cls for cls in (KMIPAttention, FullAttention, PerformerAttention, GRFAttention)
-}
-ATTENTION_KINDS = (*ATTENTION_TYPES, "none")
+for _kind in (
+    AttentionKind("kmip", KMIPCore, KMIPAttention, shardable=True, explain="selection"),
+    AttentionKind("full", FullCore, FullAttention, explain="top_weights"),
+    AttentionKind("performer", PerformerCore, PerformerAttention),
+    AttentionKind("grf", GRFCore, GRFAttention, edge_index=True, float32_only=True),
+):
+    ATTENTION_KINDS.register(_kind)
 
 
 def build_global_attention(
@@ -342,16 +348,16 @@ def build_global_attention(
     qk_channels: int | None = None,
     attn_kwargs: dict | None = None,
 ) -> ProjectedAttention | None:
-    """Global attention module of the given ``kind`` (:data:`ATTENTION_TYPES`); ``None`` for ``"none"``.
+    """Global attention module of the given ``kind``: its registered module (or :class:`ProjectedAttention`)
+    around its core; ``None`` for ``"none"``.
 
     Args:
-        kind: one of :data:`ATTENTION_KINDS`.
+        kind: a registered kind (:data:`~kmipgt.nn.attention_kinds.ATTENTION_KINDS`) or ``"none"``.
         channels, heads, head_dim, dropout, qk_channels: see :class:`ProjectedAttention`.
-        attn_kwargs: options of the kind's core (:data:`CORES`), e.g. ``{"k": 16, "backend": "ivf"}`` for
-            ``"kmip"``; ignored for ``"none"``.
+        attn_kwargs: options of the kind's core, e.g. ``{"k": 16, "backend": "ivf"}`` for ``"kmip"``;
+            ignored for ``"none"``.
     """
-    if kind == "none":
+    if kind == NO_ATTENTION:
         return None
-    if kind not in ATTENTION_TYPES:
-        raise ValueError(f"attention kind must be one of {ATTENTION_KINDS}, got {kind!r}")
-    return ATTENTION_TYPES[kind](channels, heads, head_dim, dropout, qk_channels, **(attn_kwargs or {}))
+    module = ATTENTION_KINDS.lookup(kind).module or ProjectedAttention
+    return module(channels, heads, head_dim, dropout, qk_channels, attn_type=kind, **(attn_kwargs or {}))

@@ -10,7 +10,8 @@ from torch import Tensor
 from torch_geometric.nn import GPSConv, MessagePassing
 from torch_geometric.nn.inits import reset
 
-from kmipgt.nn.attention import ATTENTION_TYPES
+from kmipgt.nn.attention import ProjectedAttention
+from kmipgt.nn.attention_kinds import ATTENTION_KINDS
 
 __all__ = ["KMIPGPSConv"]
 
@@ -21,7 +22,7 @@ class KMIPGPSConv(GPSConv):
     PyG's ``GPSConv`` runs only its own attention types: assigning another module to ``GPSConv.attn``
     silently skips the attention (its forward dispatches on ``MultiheadAttention`` / ``PerformerAttention``
     and otherwise adds the input to itself). This subclass takes the same arguments, builds
-    ``self.attn`` as ``ATTENTION_TYPES[attn_type](channels, heads, **attn_kwargs)`` and runs the same
+    ``self.attn`` as the attention module of ``attn_type`` on ``channels`` and ``heads`` and runs the same
     layer, with the attention on the ragged batch (no padding to the largest graph):
 
     .. math::
@@ -33,11 +34,11 @@ class KMIPGPSConv(GPSConv):
     Args:
         channels, conv, heads, dropout, act, act_kwargs, norm, norm_kwargs: as in
             :class:`torch_geometric.nn.GPSConv`.
-        attn_type: a kmipgt attention kind: ``"kmip"``, ``"full"``, ``"performer"`` (kmipgt's FAVOR+ on
-            ragged graphs, not PyG's) or ``"grf"``. (default: :obj:`"kmip"`)
-        attn_kwargs: arguments of the attention module (:class:`~kmipgt.nn.KMIPAttention` etc.): the
-            kind's core options such as ``k`` and ``backend``, and ``head_dim``, ``dropout`` (on the
-            attention weights).
+        attn_type: a registered kmipgt attention kind (:mod:`kmipgt.nn.attention_kinds`): ``"kmip"``,
+            ``"full"``, ``"performer"`` (kmipgt's FAVOR+ on ragged graphs, not PyG's), ``"grf"``, ...
+            (default: :obj:`"kmip"`)
+        attn_kwargs: the kind's core options such as ``k`` and ``backend``, and ``head_dim``,
+            ``dropout`` (on the attention weights) of its module.
 
     Example::
 
@@ -58,13 +59,15 @@ class KMIPGPSConv(GPSConv):
         attn_type: str = "kmip",
         attn_kwargs: dict[str, Any] | None = None,
     ):
-        if attn_type not in ATTENTION_TYPES:
-            raise ValueError(f"attn_type must be one of {tuple(ATTENTION_TYPES)}, got {attn_type!r}")
+        kinds = ATTENTION_KINDS
+        if attn_type not in kinds:
+            raise ValueError(f"attn_type must be one of {tuple(kinds)}, got {attn_type!r}")
         # GPSConv builds the MLP and norms around a one-head placeholder attention (so that channels need
         # not divide by heads when head_dim is given), replaced here.
         super().__init__(channels, conv, 1, dropout, act, act_kwargs, norm, norm_kwargs)
         self.heads, self.attn_type = heads, attn_type
-        self.attn = ATTENTION_TYPES[attn_type](channels, heads, **(attn_kwargs or {}))
+        module = kinds[attn_type].module or ProjectedAttention
+        self.attn = module(channels, heads, attn_type=attn_type, **(attn_kwargs or {}))
 
     def reset_parameters(self) -> None:
         # GPSConv's own calls the PyTorch-only MultiheadAttention._reset_parameters.

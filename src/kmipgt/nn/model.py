@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
@@ -10,14 +11,30 @@ import torch.utils.checkpoint
 from torch import Tensor
 from torch_geometric.nn import global_add_pool, global_mean_pool
 
+from kmipgt.nn.attention_kinds import ATTENTION_KINDS, NO_ATTENTION
 from kmipgt.nn.encoders import EdgeEncoder, NodeEncoder
-from kmipgt.nn.gps_layer import ATTENTION_ORDERS, EDGE_LOCAL_KINDS, GPSLayer, build_norm
+from kmipgt.nn.gps_layer import GPSLayer, build_norm
 from kmipgt.nn.grf_core import share_walk_caches
+from kmipgt.nn.local_kinds import LOCAL_KINDS, NO_LOCAL
 from kmipgt.ops.ragged import layout_of
 
 TASKS = ("node", "graph", "edge")
 POOLINGS = ("mean", "sum")
 ATTENTION_QK = ("hidden", "encoding", "position")
+# What a layer without attention is built with: the options of the attention branch are off with it.
+_WITHOUT_ATTENTION = {"attention": NO_ATTENTION, "attention_gate": False, "attention_order": "parallel"}
+
+
+def _layer_arguments(
+    channels: int, dropout: float, qk_channels: int | None, layer_kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    """Every argument of the model's GPS layers, the layer's defaults filled in (TypeError naming an
+    argument the layer does not take, or one the model sets itself)."""
+    bound = inspect.signature(GPSLayer).bind(
+        channels, dropout=dropout, qk_channels=qk_channels, **layer_kwargs
+    )
+    bound.apply_defaults()
+    return dict(bound.arguments)
 
 
 def _layers_with_attention(indices: list[int] | tuple[int, ...] | None, num_layers: int) -> set[int]:
@@ -138,28 +155,12 @@ class GraphTransformer(_ReadoutModel):
         out_channels: output size (classes, labels or targets).
         num_layers: number of GPS layers.
         task: one of :data:`TASKS`.
-        edge_channels: raw edge feature size (0: featureless edges).
-        local: local MPNN kind (``"gatedgcn"``, ``"gine"``, ``"sage"``, ``"gcn"``, ``"gat"``, ``"none"``).
-        attention: global attention kind (``"kmip"``, ``"full"``, ``"performer"``, ``"grf"``, ``"none"``).
-        heads: attention heads.
-        head_dim: attention head size (default ``channels // heads``).
+        edge_channels: raw edge feature size (0: featureless edges); read where the local MPNN takes edge
+            features.
         dropout: dropout in layers and head.
-        attn_dropout: dropout on attention weights.
-        attention_drop_path: stochastic depth of the attention branch, per node (see
-            :class:`~kmipgt.nn.gps_layer.GPSLayer`).
-        attention_order: ``"parallel"`` or ``"series"`` (attention, then the MPNN on its output) in the
-            layers with attention (see :class:`~kmipgt.nn.gps_layer.GPSLayer`).
-        norm_position: ``"post"`` (GraphGPS) or ``"pre"`` (norms on the branch inputs, and one norm after
-            the last layer; see :class:`~kmipgt.nn.gps_layer.GPSLayer`).
-        norm: ``"layer"`` or ``"batch"``.
-        activation: FFN activation.
         pooling: graph-level pooling, ``"mean"`` or ``"sum"``.
         head_layers: layers of the output MLP.
         coord_columns, num_frequencies, lappe_dim, rwse_dim: see :class:`~kmipgt.nn.encoders.NodeEncoder`.
-        attn_kwargs: options of the attention kind's core, passed to every attention layer untouched
-            (:data:`kmipgt.nn.attention.CORES`; e.g. ``{"k": 16, "backend": "ivf"}`` for k-MIP). GRF layers
-            share one set of walks (:func:`~kmipgt.nn.grf_core.share_walk_caches`) unless
-            ``share_walks: false`` is among them.
         attention_qk: what the attention's queries and keys are projected from: ``"hidden"`` (the layer
             input, as in GraphGPS) or ``"encoding"`` (the positional encodings of
             :meth:`~kmipgt.nn.encoders.NodeEncoder.encodings`: Fourier features of the coordinates,
@@ -168,17 +169,19 @@ class GraphTransformer(_ReadoutModel):
             (:meth:`~kmipgt.nn.attention.ProjectedAttention.tie_query_key`), so each query's first top-k is
             its neighbourhood in the encoding. ``"position"``: the same with the Fourier features of the
             coordinates only (no LapPE/RWSE, whose structural similarity is blind to location).
-        attention_gate: attention as a zero-initialised gated residual of the local branch
-            (see :class:`~kmipgt.nn.gps_layer.GPSLayer`); ignored with ``attention="none"``, so a gated
-            recipe's MPNN-only ablation is one override.
         attention_layers: indices of the layers that have global attention (default: all); negative
-            indices count from the last layer.
-        branch_residual, ffn: see :class:`~kmipgt.nn.gps_layer.GPSLayer` (both ``False`` with ``local="gcn"``:
-            GCN layers with an attention branch beside them).
+            indices count from the last layer. The others are built with ``attention="none"`` and without
+            the attention's gate and order, as is every layer with ``attention="none"``, so that a gated
+            recipe's MPNN-only ablation is one override.
         checkpoint: activation checkpointing per GPS layer in training (non-reentrant
             ``torch.utils.checkpoint``): only each layer's inputs are kept for backward and the layer is
             recomputed there, trading one more forward pass for the layer's activations. Dropout masks and
             the k-MIP selection are recomputed identically, so loss and gradients equal the plain run.
+        **layer_kwargs: the arguments of every :class:`~kmipgt.nn.gps_layer.GPSLayer` (``local``,
+            ``attention``, ``heads``, ``norm``, ``attn_kwargs``, ``attention_gate``, ...; the layer's
+            defaults where absent). With ``norm_position="pre"`` the last layer's output is normalised
+            once. GRF layers share one set of walks (:func:`~kmipgt.nn.grf_core.share_walk_caches`) unless
+            ``share_walks: false`` is among their ``attn_kwargs``.
     """
 
     def __init__(
@@ -189,30 +192,17 @@ class GraphTransformer(_ReadoutModel):
         num_layers: int = 4,
         task: str = "node",
         edge_channels: int = 0,
-        local: str = "gatedgcn",
-        attention: str = "kmip",
-        heads: int = 4,
-        head_dim: int | None = None,
         dropout: float = 0.0,
-        attn_dropout: float = 0.0,
-        norm: str = "layer",
-        activation: str = "gelu",
         pooling: str = "mean",
         head_layers: int = 2,
         coord_columns: list[int] | tuple[int, ...] = (),
         num_frequencies: int = 0,
         lappe_dim: int = 0,
         rwse_dim: int = 0,
-        attn_kwargs: dict[str, Any] | None = None,
         attention_qk: str = "hidden",
-        attention_gate: bool = False,
         attention_layers: list[int] | tuple[int, ...] | None = None,
-        branch_residual: bool = True,
-        ffn: bool = True,
         checkpoint: bool = False,
-        attention_drop_path: float = 0.0,
-        attention_order: str = "parallel",
-        norm_position: str = "post",
+        **layer_kwargs: Any,
     ):
         super().__init__(task, pooling)
         if num_layers < 0:
@@ -234,36 +224,23 @@ class GraphTransformer(_ReadoutModel):
                 f"attention_qk={attention_qk!r} needs coord_columns + num_frequencies"
                 + (", LapPE or RWSE" if attention_qk == "encoding" else "")
             )
-        self.edge_encoder = EdgeEncoder(edge_channels, channels) if local in EDGE_LOCAL_KINDS else None
+        layer = _layer_arguments(channels, dropout, qk_channels, layer_kwargs)
         with_attention = _layers_with_attention(attention_layers, num_layers)
-        if attention == "none":  # the gate and the order, which only layers with attention take, stay off
+        if layer["attention"] == NO_ATTENTION:
             with_attention = set()
-        if attention_order not in ATTENTION_ORDERS:
-            raise ValueError(f"attention_order must be one of {ATTENTION_ORDERS}, got {attention_order!r}")
-        self.layers = torch.nn.ModuleList(
-            GPSLayer(
-                channels,
-                local=local,
-                attention=attention if i in with_attention else "none",
-                heads=heads,
-                dropout=dropout,
-                attn_dropout=attn_dropout,
-                norm=norm,
-                activation=activation,
-                attention_gate=attention_gate and i in with_attention,
-                branch_residual=branch_residual,
-                ffn=ffn,
-                head_dim=head_dim,
-                qk_channels=qk_channels,
-                attn_kwargs=attn_kwargs,
-                attention_drop_path=attention_drop_path,
-                attention_order=attention_order if i in with_attention else "parallel",
-                norm_position=norm_position,
+        elif qk_channels is not None and not ATTENTION_KINDS.lookup(layer["attention"]).qk_x:
+            raise ValueError(
+                f"attention kind {layer['attention']!r} takes no qk_x: set attention_qk='hidden'"
             )
+        edges = layer["local"] != NO_LOCAL and LOCAL_KINDS.lookup(layer["local"]).supports_edge_attr
+        self.edge_encoder = EdgeEncoder(edge_channels, channels) if edges else None
+        self.layers = torch.nn.ModuleList(
+            GPSLayer(**(layer if i in with_attention else {**layer, **_WITHOUT_ATTENTION}))
             for i in range(num_layers)
         )
         # Pre-norm layers leave their residual stream unnormalised; the head gets it normalised once.
-        self.norm_out = build_norm(norm, channels) if norm_position == "pre" and num_layers else None
+        pre_norm = any(gps.placement.stream for gps in self.layers)
+        self.norm_out = build_norm(layer["norm"], channels) if pre_norm else None
         # Walks depend only on the graph: one set for all GRF layers, not one per layer (9 GB at London size).
         share_walk_caches(self)
         self._tie_position_attention()

@@ -17,7 +17,6 @@ from typing import Any
 import matplotlib
 import torch
 
-from kmipgt.nn.gated_gcn import GatedGCNLayer
 from kmipgt.nn.gps_layer import GPSLayer
 
 matplotlib.use("Agg")
@@ -39,10 +38,10 @@ class BranchMonitor:
     """Records, for every :class:`GPSLayer` of ``model``, the RMS of each branch's contribution and the norm
     of the gradient on each branch's parameters, averaged over the training steps of an epoch.
 
-    The local contribution is the MPNN's update before the residual (GatedGCN adds its own residual, so its
-    input is subtracted when it does); the attention contribution is the attention module's output before
-    dropout and the residual (or gate). Gradient norms are taken before clipping. Evaluation passes are
-    not recorded.
+    The local contribution is the MPNN's update before the residual (a kind that carries its own residual,
+    GatedGCN, has its input subtracted when it adds one); the attention contribution is the attention
+    module's output before dropout and the residual (or gate). Gradient norms are taken before clipping.
+    Evaluation passes are not recorded.
     """
 
     def __init__(self, model: torch.nn.Module):
@@ -53,20 +52,25 @@ class BranchMonitor:
         for index, layer in enumerate(self.layers):
             for branch, module in (("local", layer.local), ("attn", layer.attention)):
                 if module is not None:
-                    self._handles.append(module.register_forward_hook(self._output_hook(index, branch)))
+                    # An own-residual MPNN returns (x', e') and is built with its residual where the layer
+                    # has residuals and does not add them itself (post-norm).
+                    own = branch == "local" and layer.local_spec.own_residual
+                    adds_input = own and layer.branch_residual and not layer.placement.stream
+                    hook = self._output_hook(index, branch, own, adds_input)
+                    self._handles.append(module.register_forward_hook(hook))
 
     def _add(self, key: str, value: float) -> None:
         self._sums[key] += value
         self._counts[key] += 1
 
-    def _output_hook(self, index: int, branch: str):
+    def _output_hook(self, index: int, branch: str, pair: bool, adds_input: bool):
         def hook(module, args, output):
             # Activation checkpointing reruns this forward during backward, with the same dropout masks:
             # the repeat adds the same value again and leaves the mean unchanged.
             if not module.training:
                 return
-            if isinstance(module, GatedGCNLayer) and module.residual:
-                output = output[0] - args[0]
+            if pair:
+                output = output[0] - args[0] if adds_input else output[0]
             self._add(f"L{index}_{branch}_out", _rms(output))
 
         return hook

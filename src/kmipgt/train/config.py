@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import inspect
 import types
 import typing
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from typing import Any
 import yaml
 
 from kmipgt.configs import config_path
+from kmipgt.nn.attention_kinds import ATTENTION_KINDS, NO_ATTENTION
 
 
 @dataclass
@@ -79,17 +81,14 @@ class ModelConfig:
 
     ``kind``: ``gps`` (:class:`kmipgt.nn.GraphTransformer`) or a PyG baseline of
     :class:`kmipgt.nn.BaselineModel` (``mlp``, ``gcn``, ``sage``, ``gat``, ``sgformer``, ``polynormer``).
-    ``channels``, ``num_layers``, ``dropout``, encoder and head keys mean the same for every kind; ``local``,
-    ``attention``, ``heads``, ``k``, ``head_dim``, ``attn_dropout``, ``attention_drop_path`` (stochastic
-    depth of the attention branch, per node), ``attention_order`` (``parallel``, or ``series``: attention,
-    then the MPNN on its output), ``norm_position`` (``post``, GraphGPS, or ``pre``: norms on the branch
-    inputs), ``attention_options`` (e.g. k-MIP's ``key_dropout``) and the
-    ``attention_qk`` / ``attention_gate`` / ``attention_layers`` options (what queries and keys see, a
-    zero-initialised gate on the attention branch, which layers have attention), ``branch_residual`` and
-    ``ffn`` (the GPS layer's residuals and feed-forward block) and ``checkpoint`` (activation
-    checkpointing per layer, to train larger graphs in less memory) are GPS-only;
-    ``residual`` and ``baseline_options`` (keyword arguments of the PyG model) are for baselines.
-    ``attention_options`` are the attention core's ``attn_kwargs`` (:meth:`attn_kwargs`).
+    Each key is named as the model argument it sets: ``channels``, ``num_layers``, ``dropout``, encoder and
+    head keys mean the same for every kind; the keys named as arguments of ``GraphTransformer`` or
+    :class:`~kmipgt.nn.GPSLayer` only (``local``, ``attention``, ``heads``, ``head_dim``, ``attn_dropout``,
+    ``attention_drop_path``, ``attention_order``, ``norm_position``, ``attention_qk``, ``attention_gate``,
+    ``attention_layers``, ``branch_residual``, ``ffn``, ``checkpoint``, ...: see those classes) are
+    GPS-only, as are ``k`` and ``attention_options`` (e.g. k-MIP's ``key_dropout``), the attention core's
+    ``attn_kwargs`` (:meth:`attn_kwargs`); ``residual`` and ``baseline_options`` (keyword arguments of the
+    PyG model) are for baselines.
     """
 
     kind: str = "gps"
@@ -122,12 +121,14 @@ class ModelConfig:
     baseline_options: dict[str, Any] = field(default_factory=dict)
 
     def attn_kwargs(self) -> dict[str, Any]:
-        """The options of the attention kind's core: ``attention_options``, plus ``k`` for ``kmip``.
+        """The options of the attention kind's core: ``attention_options``, plus ``k`` where the core
+        takes one (``kmip``).
 
         ``k`` stays a top-level key so that configs written before ``attention_options`` carried the
-        kind-specific options read unchanged; other kinds take no ``k`` and do not get it.
+        kind-specific options read unchanged; kinds whose core takes no ``k`` do not get it.
         """
-        if self.attention == "kmip":
+        core = None if self.attention == NO_ATTENTION else ATTENTION_KINDS.lookup(self.attention).core
+        if core is not None and "k" in inspect.signature(core).parameters:
             return {"k": self.k, **self.attention_options}
         return dict(self.attention_options)
 

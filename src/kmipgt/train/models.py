@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 from typing import Any
 
 import torch
 
-from kmipgt.nn import GraphTransformer
+from kmipgt.nn import GPSLayer, GraphTransformer
 from kmipgt.nn.baselines import BASELINE_KINDS, KIND_ARGUMENTS, BaselineModel
 from kmipgt.train.config import Config, ModelConfig
 from kmipgt.train.datasets import PreparedData
@@ -16,15 +17,26 @@ from kmipgt.train.datasets import PreparedData
 logger = logging.getLogger(__name__)
 
 
-# Model keys every kind reads, and those only GPS reads (both named as the model classes' arguments); a
-# baseline's own keys come from KIND_ARGUMENTS.
+
+def _parameters(*callables: Any) -> list[str]:
+    return [name for c in callables for name in inspect.signature(c).parameters]
+
+
+_FIELDS = [f.name for f in dataclasses.fields(ModelConfig)]
+# Model keys named as the model classes' arguments: those GraphTransformer and BaselineModel both take,
+# and those only GPS takes (the model's own and its layers'); a baseline's own keys come from KIND_ARGUMENTS.
 _SHARED_MODEL_KEYS = (
-    "kind", "channels", "num_layers", "dropout", "pooling", "head_layers", "coord_columns", "num_frequencies"
+    "kind",
+    *(
+        name for name in _parameters(GraphTransformer)
+        if name in _FIELDS and name in _parameters(BaselineModel)
+    ),
 )
-_GPS_MODEL_KEYS = (
-    "local", "attention", "heads", "head_dim", "attn_dropout", "norm", "activation",
-    "attention_qk", "attention_gate", "attention_layers", "branch_residual", "ffn", "checkpoint",
-    "attention_drop_path", "attention_order", "norm_position",
+_GPS_MODEL_KEYS = tuple(
+    dict.fromkeys(
+        name for name in _parameters(GraphTransformer, GPSLayer)
+        if name in _FIELDS and name not in _SHARED_MODEL_KEYS
+    )
 )
 # GPS keys that reach the model as the attention core's attn_kwargs (ModelConfig.attn_kwargs).
 _GPS_ATTENTION_KEYS = ("k", "attention_options")

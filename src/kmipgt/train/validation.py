@@ -12,12 +12,14 @@ import math
 import torch
 
 from kmipgt.data import list_datasets
-from kmipgt.distributed.graph_model import PARTITIONED_ATTENTION_KINDS, PARTITIONED_LOCAL_KINDS
+from kmipgt.distributed.graph_model import partitioned_attention_kinds, partitioned_local_kinds
 from kmipgt.distributed.launch import STRATEGIES
 from kmipgt.distributed.partition import PARTITIONS
 from kmipgt.malloc import ALLOCATORS
-from kmipgt.nn.attention import ATTENTION_KINDS
-from kmipgt.nn.gps_layer import ATTENTION_ORDERS, LOCAL_KINDS, NORM_KINDS, NORM_POSITIONS
+from kmipgt.nn.attention_kinds import ATTENTION_KINDS
+from kmipgt.nn.gps_layer import ACTIVATIONS, NORM_KINDS
+from kmipgt.nn.gps_parts import COMBINERS, NORM_PLACEMENTS
+from kmipgt.nn.local_kinds import LOCAL_KINDS
 from kmipgt.nn.model import ATTENTION_QK, POOLINGS, TASKS
 from kmipgt.train.config import Config
 from kmipgt.train.metrics import METRICS
@@ -27,9 +29,6 @@ from kmipgt.train.task import LOSSES
 from kmipgt.train.tensorboard import require_tensorboard
 
 __all__ = ["validate_config"]
-
-# GPSLayer's FFN activations (it checks them only when the model is built).
-_ACTIVATIONS = ("gelu", "relu")
 
 
 def _at_least(name: str, value: float | None, low: float, *, optional: bool = False) -> None:
@@ -69,12 +68,12 @@ def _check_data(config: Config) -> None:
 def _check_model(config: Config) -> None:
     m = config.model
     _one_of("model.kind", m.kind, tuple(MODEL_BUILDERS))
-    _one_of("model.local", m.local, LOCAL_KINDS)
-    _one_of("model.attention", m.attention, ATTENTION_KINDS)
+    _one_of("model.local", m.local, LOCAL_KINDS.names())
+    _one_of("model.attention", m.attention, ATTENTION_KINDS.names())
     _one_of("model.norm", m.norm, NORM_KINDS)
-    _one_of("model.norm_position", m.norm_position, NORM_POSITIONS)
-    _one_of("model.attention_order", m.attention_order, ATTENTION_ORDERS)
-    _one_of("model.activation", m.activation, _ACTIVATIONS)
+    _one_of("model.norm_position", m.norm_position, tuple(NORM_PLACEMENTS))
+    _one_of("model.attention_order", m.attention_order, tuple(COMBINERS))
+    _one_of("model.activation", m.activation, ACTIVATIONS)
     _one_of("model.pooling", m.pooling, POOLINGS)
     _one_of("model.attention_qk", m.attention_qk, ATTENTION_QK)
     for key in ("channels", "heads", "k", "head_layers"):
@@ -121,8 +120,8 @@ def _check_graph_strategy(config: Config) -> None:
         )
     if m.kind != "gps":
         raise ValueError(f"distributed.strategy 'graph' trains GPS models (model.kind: gps), got {m.kind!r}")
-    _one_of("model.local (with distributed.strategy 'graph')", m.local, PARTITIONED_LOCAL_KINDS)
-    _one_of("model.attention (with distributed.strategy 'graph')", m.attention, PARTITIONED_ATTENTION_KINDS)
+    _one_of("model.local (with distributed.strategy 'graph')", m.local, partitioned_local_kinds())
+    _one_of("model.attention (with distributed.strategy 'graph')", m.attention, partitioned_attention_kinds())
     if config.log_branches:
         raise ValueError("config key 'log_branches' is not supported with distributed.strategy 'graph' yet")
 

@@ -1,0 +1,66 @@
+"""The registry of global attention kinds: each kind registers its name, core and capabilities.
+
+The attention module, the GPS layers, the model, the config's validation, the explanation and the
+partitioned model look a kind up here and act on its flags, never on a list of kind names of their own:
+a new kind is one module holding its :class:`~kmipgt.nn.cores.AttentionCore` plus one
+``ATTENTION_KINDS.register(AttentionKind(...))`` call. ``"none"`` (no attention) is not a kind: it is the
+absence of one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kmipgt.nn.registry import NONE, KindRegistry
+
+if TYPE_CHECKING:
+    from kmipgt.nn.attention import ProjectedAttention
+    from kmipgt.nn.cores import AttentionCore
+
+__all__ = ["ATTENTION_KINDS", "EXPLAIN_MODES", "NO_ATTENTION", "AttentionKind"]
+
+NO_ATTENTION = NONE
+# How an explanation reads a kind's attended keys: "selection", the keys and weights its forward itself
+# used (k-MIP); "top_weights", the largest weights of a softmax over every key, with their mass (full).
+EXPLAIN_MODES = ("selection", "top_weights")
+
+
+@dataclass(frozen=True)
+class AttentionKind:
+    """One global attention kind and what it can do.
+
+    Attributes:
+        name: the ``attention=`` value (config ``model.attention``) that selects it.
+        core: its core class, built as ``core(heads, head_dim, dropout, **attn_kwargs)``.
+        module: the :class:`~kmipgt.nn.attention.ProjectedAttention` subclass around the core, for a kind
+            whose module adds attributes or a forward of its own; ``None``: ``ProjectedAttention`` itself.
+        qk_x: whether its queries and keys may come from a separate input (``qk_x``, the model's
+            ``attention_qk`` other than ``"hidden"``).
+        edge_index: whether the core reads the graph's edges (a topological mask); the module then
+            requires ``edge_index``.
+        float32_only: whether the core has no half-precision kernels: the module then runs in float32,
+            outside autocast.
+        shardable: whether :mod:`kmipgt.distributed.graph_model` runs it over the nodes of every rank (its
+            core a :class:`~kmipgt.nn.cores.KMIPCore`, which the partitioned model swaps for the sharded
+            one).
+        explain: how :mod:`kmipgt.analysis.explain` reads its attended keys (one of :data:`EXPLAIN_MODES`);
+            ``None``: its weights are never materialised, so it cannot be explained.
+    """
+
+    name: str
+    core: type[AttentionCore]
+    module: type[ProjectedAttention] | None = None
+    qk_x: bool = True
+    edge_index: bool = False
+    float32_only: bool = False
+    shardable: bool = False
+    explain: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.explain is not None and self.explain not in EXPLAIN_MODES:
+            raise ValueError(f"explain must be one of {EXPLAIN_MODES} or None, got {self.explain!r}")
+
+
+# name -> AttentionKind of every registered kind; ``ATTENTION_KINDS.names()``: what ``attention=`` takes.
+ATTENTION_KINDS: KindRegistry[AttentionKind] = KindRegistry("attention kind")
