@@ -12,10 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import torch
+
 from kmipgt.nn.registry import NONE, KindRegistry
 
 if TYPE_CHECKING:
-    from kmipgt.nn.attention import ProjectedAttention
     from kmipgt.nn.cores import AttentionCore
 
 __all__ = ["ATTENTION_KINDS", "EXPLAIN_MODES", "NO_ATTENTION", "AttentionKind"]
@@ -50,7 +51,7 @@ class AttentionKind:
 
     name: str
     core: type[AttentionCore]
-    module: type[ProjectedAttention] | None = None
+    module: type[torch.nn.Module] | None = None
     qk_x: bool = True
     edge_index: bool = False
     float32_only: bool = False

@@ -17,8 +17,7 @@ from kmipgt.distributed.launch import STRATEGIES
 from kmipgt.distributed.partition import PARTITIONS
 from kmipgt.malloc import ALLOCATORS
 from kmipgt.nn.attention_kinds import ATTENTION_KINDS
-from kmipgt.nn.gps_layer import ACTIVATIONS, NORM_KINDS
-from kmipgt.nn.gps_parts import COMBINERS, NORM_PLACEMENTS
+from kmipgt.nn.gps_layer import ACTIVATIONS, COMBINERS, NORM_KINDS, NORM_PLACEMENTS
 from kmipgt.nn.local_kinds import LOCAL_KINDS
 from kmipgt.nn.model import ATTENTION_QK, POOLINGS, TASKS
 from kmipgt.train.config import Config
