@@ -11,15 +11,8 @@ from torch_geometric.loader import DataLoader
 
 from kmipgt.train import load_config
 from kmipgt.train.datasets import PreparedData
-from kmipgt.train.task import (
-    LOSSES,
-    GraphTask,
-    LinkTask,
-    NodeTask,
-    compute_loss,
-    make_task,
-    with_fresh_negatives,
-)
+from kmipgt.train.losses import LOSSES, compute_loss
+from kmipgt.train.task import GraphTask, LinkTask, NodeTask, make_task, with_fresh_negatives
 
 
 def _masks(n: int, gen: torch.Generator) -> dict[str, torch.Tensor]:

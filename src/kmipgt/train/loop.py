@@ -32,6 +32,7 @@ from kmipgt.train.branches import BranchMonitor, plot_branches
 from kmipgt.train.checkpoint import RESUME_KEYS, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from kmipgt.train.config import Config, config_differences, config_to_dict
 from kmipgt.train.datasets import PreparedData, prepare_data
+from kmipgt.train.losses import compute_loss
 from kmipgt.train.metrics import higher_is_better
 from kmipgt.train.models import build_model
 from kmipgt.train.partitioned import PartitionedNodeTask, partition_graph, rank_share
@@ -45,7 +46,7 @@ from kmipgt.train.runtime import (
     seed_everything,
     warmup_cosine,
 )
-from kmipgt.train.task import Step, compute_loss, forward, make_task
+from kmipgt.train.task import Step, forward, make_task
 from kmipgt.train.tensorboard import ScalarWriter
 
 __all__ = ["Trainer"]

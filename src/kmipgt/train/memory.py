@@ -30,7 +30,7 @@ import torch
 from kmipgt.nn import GRFCore
 from kmipgt.train.config import Config
 from kmipgt.train.loop import Trainer
-from kmipgt.train.task import compute_loss
+from kmipgt.train.losses import compute_loss
 
 __all__ = ["memory_breakdown"]
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
 import torch
-import torch.nn.functional as F
 from torch.utils.data import DataLoader as TorchDataLoader
 from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
@@ -32,7 +31,6 @@ from kmipgt.train.resident import ResidentGraphs
 from kmipgt.train.segmentation_metrics import CATEGORY_PARTS, SHAPE_METRICS, shape_metric
 
 __all__ = [
-    "LOSSES",
     "TASK_CLASSES",
     "GraphTask",
     "LinkTask",
@@ -42,25 +40,10 @@ __all__ = [
     "Step",
     "Task",
     "batch_to_device",
-    "compute_loss",
     "forward",
     "make_task",
     "with_fresh_negatives",
 ]
-
-LOSSES = ("cross_entropy", "bce", "l1")
-
-
-def compute_loss(name: str, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Training loss ``name`` (one of :data:`LOSSES`)."""
-    if name == "cross_entropy":
-        return F.cross_entropy(output, target.long())
-    if name == "bce":
-        return F.binary_cross_entropy_with_logits(output, target.float().view_as(output))
-    if name == "l1":
-        return F.l1_loss(output, target.float().view_as(output))
-    raise ValueError(f"task.loss must be one of {LOSSES}, got {name!r}")
-
 
 def forward(model: torch.nn.Module, batch: Data) -> torch.Tensor:
     """``model``'s output on a graph, mini-batch or link split, passing the inputs it carries.

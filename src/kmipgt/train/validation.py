@@ -21,10 +21,10 @@ from kmipgt.nn.gps_layer import ACTIVATIONS, COMBINERS, NORM_KINDS, NORM_PLACEME
 from kmipgt.nn.local_kinds import LOCAL_KINDS
 from kmipgt.nn.model import ATTENTION_QK, POOLINGS, TASKS
 from kmipgt.train.config import Config
+from kmipgt.train.losses import LOSSES
 from kmipgt.train.metrics import METRICS
 from kmipgt.train.models import MODEL_BUILDERS
 from kmipgt.train.runtime import PRECISIONS
-from kmipgt.train.task import LOSSES
 from kmipgt.train.tensorboard import require_tensorboard
 
 __all__ = ["validate_config"]
