@@ -17,7 +17,6 @@ from kmipgt.train.datasets import PreparedData
 logger = logging.getLogger(__name__)
 
 
-
 def _parameters(*callables: Any) -> list[str]:
     return [name for c in callables for name in inspect.signature(c).parameters]
 
