@@ -14,7 +14,6 @@ from typing import Any
 import yaml
 
 from kmipgt.configs import config_path
-from kmipgt.nn.attention_kinds import ATTENTION_KINDS, NO_ATTENTION
 
 
 @dataclass
@@ -127,6 +126,9 @@ class ModelConfig:
         ``k`` stays a top-level key so that configs written before ``attention_options`` carried the
         kind-specific options read unchanged; kinds whose core takes no ``k`` do not get it.
         """
+        # Imported here: reading and checking a config imports no torch, so key errors come at once.
+        from kmipgt.nn.attention_kinds import ATTENTION_KINDS, NO_ATTENTION
+
         core = None if self.attention == NO_ATTENTION else ATTENTION_KINDS.lookup(self.attention).core
         if core is not None and "k" in inspect.signature(core).parameters:
             return {"k": self.k, **self.attention_options}
