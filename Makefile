@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint
+.PHONY: setup demo test lint gpu-check
 
 # torch==2.13.0 first: it is the CPU wheel on disk; a looser request would pull a multi-GB CUDA build.
 $(STAMP): pyproject.toml
@@ -24,3 +24,12 @@ test: setup
 
 lint: setup
 	$(VENV)/bin/ruff check .
+
+# On a CUDA machine (torch with CUDA installed first): the CUDA tests, then the small-graph benchmarks
+# docs/benchmarks.md records, their JSON under bench-out/gpu.
+gpu-check: setup
+	$(PY) -m pytest -q -m cuda
+	$(VENV)/bin/kmipgt bench ragged --device cuda --out bench-out/gpu/ragged
+	$(VENV)/bin/kmipgt bench step --config peptides_func --device cuda --out bench-out/gpu/step-kmip
+	$(VENV)/bin/kmipgt bench step --config peptides_func --device cuda --set model.attention=none \
+		--out bench-out/gpu/step-none
