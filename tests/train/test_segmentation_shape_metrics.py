@@ -8,6 +8,7 @@ from kmipgt.data import load_dataset
 from kmipgt.data.synthetic_parts import category_parts
 from kmipgt.train import Trainer, load_config
 from kmipgt.train.metrics import compute_metric
+from kmipgt.train.segmentation_metrics import shape_metric
 
 SHAPES = ("data.options.num_shapes=12", "data.options.num_points=64", "data.options.k=4")
 TINY = ("model.num_layers=1", "model.channels=8", "model.head_dim=4", "threads=1", "device=cpu",
@@ -42,14 +43,37 @@ def test_shape_mious_score_each_epoch_and_match_a_direct_computation(tmp_path):
     assert all(0.0 <= row[split] <= 1.0 for row in trainer.state.history for split in ("val", "test"))
     raw = load_dataset("synthetic_parts", num_shapes=12, num_points=64, k=4)
     trainer.model.eval()
+    splits, names = ("train", "val", "test"), ["instance_miou", "class_miou", "macro_f1"]
     with torch.no_grad():
-        outputs = list(trainer.task.split_outputs(trainer._predict, ("train", "val", "test"), trainer.device))
+        outputs = list(trainer.task.split_outputs(trainer._predict, splits, trainer.device))
+        scores = dict(trainer.task.split_scores(trainer._predict, names, splits, trainer.device))
     for split, logits, target in outputs:
         instance, per_class = _direct(logits, target, raw[split])
-        assert trainer.task.score("instance_miou", split, logits, target) == pytest.approx(instance)
-        assert trainer.task.score("class_miou", split, logits, target) == pytest.approx(per_class)
+        assert scores[split]["instance_miou"] == pytest.approx(instance)
+        assert scores[split]["class_miou"] == pytest.approx(per_class)
+        assert scores[split]["macro_f1"] == pytest.approx(compute_metric("macro_f1", logits, target))
         assert metrics[split] == pytest.approx(instance)
         assert metrics["report"]["class_miou"][split] == pytest.approx(per_class)
+
+
+@pytest.mark.parametrize("batch_size", [1, 5])
+def test_a_split_scored_batch_by_batch_equals_its_outputs_scored_at_once(tmp_path, batch_size):
+    overrides = [*SHAPES, *TINY, f"data.batch_size={batch_size}", "task.metric=instance_miou",
+                 "task.report=[class_miou, accuracy, miou, macro_f1]", f"out_dir={tmp_path}"]
+    trainer = Trainer(load_config("synthetic_parts", overrides))
+    trainer.model.eval()
+    splits, names = ("train", "test"), ["instance_miou", "class_miou", "accuracy", "miou", "macro_f1"]
+    with torch.no_grad():
+        outputs = list(trainer.task.split_outputs(trainer._predict, splits, trainer.device))
+        scores = dict(trainer.task.split_scores(trainer._predict, names, splits, trainer.device))
+    graphs = trainer.data.splits
+    for split, logits, target in outputs:
+        sizes = torch.tensor([0] + [graph.num_nodes for graph in graphs[split]])
+        category = torch.cat([graph.category for graph in graphs[split]])
+        at_once = {name: shape_metric(name, logits, target, sizes.cumsum(0), category, category_parts())
+                   for name in names[:2]}
+        at_once |= {name: compute_metric(name, logits, target) for name in names[2:]}
+        assert scores[split] == pytest.approx(at_once, rel=1e-6)
 
 
 def test_shape_mious_need_a_dataset_of_shapes(tmp_path):

@@ -201,28 +201,21 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self, splits: tuple[str, ...] = ("train", "val", "test")) -> dict[str, float]:
         """Metric ``config.task.metric`` on each split, in eval mode, over every node, graph or edge pair."""
-        self.model.eval()
-        outputs = self.task.split_outputs(self._predict, splits, self.device)
-        return {split: self._score(split, output, target) for split, output, target in outputs}
+        metric = self.config.task.metric
+        return self.evaluate_metrics([metric], splits)[metric]
 
     @torch.no_grad()
     def evaluate_metrics(
         self, names: list[str], splits: tuple[str, ...] = ("train", "val", "test")
     ) -> dict[str, dict[str, float]]:
-        """``{metric: {split: value}}`` for each of ``names``, from one evaluation pass over each split."""
+        """``{metric: {split: value}}`` for each of ``names``, from one evaluation pass over each split
+        (:meth:`~kmipgt.train.task.Task.split_scores`: batch by batch where the task can)."""
         self.model.eval()
         scores: dict[str, dict[str, float]] = {name: {} for name in names}
-        for split, output, target in self.task.split_outputs(self._predict, splits, self.device):
+        for split, values in self.task.split_scores(self._predict, names, splits, self.device):
             for name in names:
-                scores[name][split] = self._score(split, output, target, name)
+                scores[name][split] = values[name]
         return scores
-
-    def _score(
-        self, split: str, output: torch.Tensor, target: torch.Tensor, metric: str | None = None
-    ) -> float:
-        if self.config.task.loss != "cross_entropy":
-            target = target.float().view_as(output)
-        return self.task.score(metric or self.config.task.metric, split, output, target)
 
     def _is_better(self, value: float) -> bool:
         best = self.state.best_value

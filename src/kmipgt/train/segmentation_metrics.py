@@ -3,7 +3,8 @@
 Predictions and targets are integer class ids per point. ShapeNet-Part's F1 is :func:`kmipgt.train.metrics.
 macro_f1` over the part classes (scikit-learn's macro average, as GraphGPS's logger computes it). The
 per-shape scores (:data:`SHAPE_METRICS`) need each point's shape and each shape's category besides the
-outputs, so the node-batch task computes them (:func:`shape_metric`) from its split's graphs.
+outputs, so the node-batch task computes them from its batches of whole shapes (:func:`shape_ious` per
+batch, :mod:`kmipgt.train.metric_accumulators`; :func:`shape_metric` scores a split's outputs at once).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
+from torch_geometric.data import Data
 
 from kmipgt.data.shapenet_part import shapenet_part_category_parts
 from kmipgt.data.synthetic_parts import category_parts as synthetic_category_parts
@@ -23,10 +25,12 @@ __all__ = [
     "class_miou",
     "confusion_matrix",
     "instance_miou",
+    "iou_of_counts",
     "mean_iou",
     "overall_accuracy",
     "shape_ious",
     "shape_metric",
+    "shape_parts",
 ]
 
 # Scores over shapes: the mean IoU per shape (instance average) or per category (class average).
@@ -37,6 +41,18 @@ CATEGORY_PARTS: dict[str, Callable[[], list[list[int]]]] = {
     "shapenet_part": shapenet_part_category_parts,
     "synthetic_parts": synthetic_category_parts,
 }
+
+
+def shape_parts(metrics: Sequence[str], dataset: str, graph: Data) -> list[list[int]] | None:
+    """The part ids of each category of ``dataset`` (:data:`CATEGORY_PARTS`) where ``metrics`` name a
+    shape metric, else None; ``graph``, one of the dataset's, must carry its ``category``."""
+    wanted = [name for name in metrics if name in SHAPE_METRICS]
+    if not wanted:
+        return None
+    if dataset not in CATEGORY_PARTS or graph.get("category") is None:
+        raise ValueError(f"metric {wanted[0]!r} scores shapes of categories, on datasets "
+                         f"{', '.join(CATEGORY_PARTS)}; got dataset {dataset!r}")
+    return CATEGORY_PARTS[dataset]()
 
 
 def _check_pair(pred: Tensor, target: Tensor) -> None:
@@ -64,7 +80,13 @@ def overall_accuracy(pred: Tensor, target: Tensor) -> float:
 
 def class_iou(pred: Tensor, target: Tensor, num_classes: int) -> Tensor:
     """``[C]`` float64 IoU per class, ``TP / (TP + FP + FN)``; NaN for a class absent from both."""
-    counts = confusion_matrix(pred, target, num_classes).double()
+    return iou_of_counts(confusion_matrix(pred, target, num_classes))
+
+
+def iou_of_counts(counts: Tensor) -> Tensor:
+    """``[C]`` float64 IoU per class of a ``[C, C]`` :func:`confusion_matrix` (summed over batches, say);
+    NaN for a class absent from both prediction and target."""
+    counts = counts.double()
     hits = counts.diagonal()
     union = counts.sum(0) + counts.sum(1) - hits
     return torch.where(union > 0, hits / union.clamp_min(1), torch.full_like(hits, float("nan")))

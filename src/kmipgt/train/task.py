@@ -4,7 +4,8 @@ One class per ``task.level``: :class:`NodeTask` (one graph, split masks, full ba
 (mini-batches of many graphs), :class:`NodeBatchTask` (``node`` over a set of graphs: mini-batches, a
 label per node) and :class:`LinkTask` (``edge``: scored node pairs on one graph, fresh
 negatives every epoch). Each says which graphs a training epoch steps through, which nodes the loss sees,
-the targets, the outputs and targets each split is scored on, and which graph a split lives on.
+the targets, how each split is scored (on its outputs at once, or batch by batch) and which graph a
+split lives on.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ from kmipgt.distributed.sampling import GeneratorDistributedSampler, evaluation_
 from kmipgt.ops.ragged import RaggedLayout, attach_layout
 from kmipgt.train.config import Config
 from kmipgt.train.datasets import SPLITS, PreparedData, label_columns, node_coords
+from kmipgt.train.metric_accumulators import SplitScores, accumulates
 from kmipgt.train.metrics import compute_metric
 from kmipgt.train.resident import ResidentGraphs
-from kmipgt.train.segmentation_metrics import CATEGORY_PARTS, SHAPE_METRICS, shape_metric
+from kmipgt.train.segmentation_metrics import SHAPE_METRICS, shape_parts
 
 __all__ = [
     "TASK_CLASSES",
@@ -161,9 +163,14 @@ class Task:
         """The graphs or mini-batches evaluation runs through for ``split``."""
         raise NotImplementedError
 
-    def score(self, name: str, split: str, output: torch.Tensor, target: torch.Tensor) -> float:
-        """Metric ``name`` of ``split``'s ``output`` and ``target`` (:meth:`split_outputs`)."""
-        return compute_metric(name, output, target)
+    def split_scores(self, predict: Callable[[Data], torch.Tensor], names: Sequence[str],
+                     splits: Iterable[str], device: torch.device) -> Iterator[tuple[str, dict[str, float]]]:
+        """``(split, {name: value})``: metrics ``names`` of each split, scored on its outputs at once
+        (:meth:`split_outputs`; targets as floats of the outputs' shape unless the loss is cross-entropy)."""
+        for split, output, target in self.split_outputs(predict, splits, device):
+            if self.config.task.loss != "cross_entropy":
+                target = target.float().view_as(output)
+            yield split, {name: compute_metric(name, output, target) for name in names}
 
     def split_outputs(
         self, predict: Callable[[Data], torch.Tensor], splits: Iterable[str], device: torch.device
@@ -328,7 +335,7 @@ class NodeBatchTask(GraphTask):
     model predicting every node and the loss and metrics taken over every node of a split's graphs.
 
     The shape metrics (``instance_miou``, ``class_miou``) score each graph as a shape of its ``category``
-    over that category's parts (:data:`~kmipgt.train.segmentation_metrics.CATEGORY_PARTS` of the dataset).
+    over that category's parts (:func:`~kmipgt.train.segmentation_metrics.shape_parts`), batch by batch.
     """
 
     level = "node"
@@ -337,23 +344,20 @@ class NodeBatchTask(GraphTask):
         self, config: Config, data: PreparedData, generator: torch.Generator, ranks: Ranks | None = None
     ):
         super().__init__(config, data, generator, ranks)
-        wanted = _shape_metrics(config)
-        self._category_parts: list[list[int]] | None = None
-        if wanted:
-            if data.name not in CATEGORY_PARTS or data.splits["train"][0].get("category") is None:
-                raise ValueError(f"metric {wanted[0]!r} scores shapes of categories, on datasets "
-                                 f"{', '.join(CATEGORY_PARTS)}; got dataset {data.name!r}")
-            self._category_parts = CATEGORY_PARTS[data.name]()
+        metrics = (config.task.metric, *config.task.report)
+        self._category_parts = shape_parts(metrics, data.name, data.splits["train"][0])
 
-    def score(self, name: str, split: str, output: torch.Tensor, target: torch.Tensor) -> float:
-        if name not in SHAPE_METRICS or self._category_parts is None:
-            return super().score(name, split, output, target)
-        # split_outputs holds the split's graphs in order (gathered in rank order under ddp).
-        graphs = self.data.splits[split]
-        sizes = torch.tensor([graph.num_nodes for graph in graphs])
-        ptr = torch.cat([sizes.new_zeros(1), sizes.cumsum(0)])
-        category = torch.cat([graph.category.view(-1) for graph in graphs])
-        return shape_metric(name, output, target, ptr, category, self._category_parts)
+    def split_scores(self, predict: Callable[[Data], torch.Tensor], names: Sequence[str],
+                     splits: Iterable[str], device: torch.device) -> Iterator[tuple[str, dict[str, float]]]:
+        """Class-id metrics summed batch by batch (:class:`SplitScores`), others as :class:`Task` does."""
+        if self.config.task.loss != "cross_entropy" or not accumulates(names, self._category_parts):
+            yield from super().split_scores(predict, names, splits, device)
+            return
+        for split in splits:
+            scores = SplitScores(names, self.data.out_channels, self._category_parts)
+            for batch in self._device_batches(split, device):
+                scores.add(predict(batch), self.target(batch), batch)
+            yield split, scores.values(self.ranks)
 
 
 class LinkTask(Task):
@@ -369,11 +373,6 @@ class LinkTask(Task):
 
     def eval_batches(self, split: str) -> list[Data]:
         return self.data.splits[split]
-
-
-def _shape_metrics(config: Config) -> list[str]:
-    """The shape metrics among ``task.metric`` and ``task.report``."""
-    return [name for name in (config.task.metric, *config.task.report) if name in SHAPE_METRICS]
 
 
 # ``task.level`` -> its task class
@@ -392,7 +391,8 @@ def make_task(
         )
     if data.level == "node" and data.splits is not None:
         return NodeBatchTask(config, data, generator, ranks)
-    if _shape_metrics(config):
-        raise ValueError(f"metric {_shape_metrics(config)[0]!r} scores shapes: it needs task.level node on a "
+    shapes = [name for name in (config.task.metric, *config.task.report) if name in SHAPE_METRICS]
+    if shapes:
+        raise ValueError(f"metric {shapes[0]!r} scores shapes: it needs task.level node on a "
                          f"dataset of shapes, got task.level {data.level!r} on {data.name!r}")
     return TASK_CLASSES[data.level](config, data, generator, ranks)
