@@ -20,7 +20,6 @@ from kmipgt.distributed.launch import Ranks
 from kmipgt.train.segmentation_metrics import (
     SHAPE_METRICS,
     class_miou,
-    confusion_matrix,
     instance_miou,
     iou_of_counts,
     shape_ious,
@@ -38,25 +37,39 @@ class ConfusionScores:
 
     def __init__(self, num_classes: int):
         self.num_classes = num_classes
-        self.counts = torch.zeros(num_classes, num_classes, dtype=torch.long)
+        self.counts: Tensor | None = None
 
     def add(self, logits: Tensor, target: Tensor) -> None:
-        """Count a batch: ``logits [N, C]``, ``target [N]`` class ids."""
-        self.counts += confusion_matrix(logits.argmax(-1), target, self.num_classes)
+        """Count a batch: ``logits [N, C]``, ``target [N]`` class ids (checked when the data were prepared).
+
+        The counts stay on the logits' device, added with ``index_add_`` into a fixed ``C²`` table: no
+        batch waits for the host (``bincount`` would read the largest id back to size its output).
+        """
+        cells = target.long() * self.num_classes + logits.argmax(-1)
+        if self.counts is None:
+            self.counts = torch.zeros(self.num_classes**2, dtype=torch.long, device=logits.device)
+        self.counts.index_add_(0, cells, torch.ones_like(cells))
+
+    def _table(self) -> Tensor:
+        """``[C, C]`` counts on the CPU (zeros before any batch)."""
+        if self.counts is None:
+            return torch.zeros(self.num_classes, self.num_classes, dtype=torch.long)
+        return self.counts.cpu().view(self.num_classes, self.num_classes)
 
     def gather(self) -> None:
         """Sum the counts of every rank (a collective: every rank calls it)."""
-        self.counts = gather_rows(self.counts).view(-1, self.num_classes, self.num_classes).sum(0)
+        self.counts = gather_rows(self._table()).view(-1, self.num_classes**2).sum(0)
 
     def value(self, name: str) -> float:
         """Metric ``name`` of the counts: ``accuracy`` (trace over total), ``macro_f1`` and ``miou``
         (means over the classes present in target or prediction, as scikit-learn's macro F1 and
         :func:`~kmipgt.train.segmentation_metrics.mean_iou` take them)."""
-        counts = self.counts.double()
+        table = self._table()
+        counts = table.double()
         if name == "accuracy":
             return (counts.diagonal().sum() / counts.sum()).item()
         if name == "miou":
-            iou = iou_of_counts(self.counts)
+            iou = iou_of_counts(table)
             return iou[~iou.isnan()].mean().item()
         if name == "macro_f1":
             marginals = counts.sum(0) + counts.sum(1)
