@@ -39,15 +39,18 @@ def category_parts() -> list[list[int]]:
     return parts
 
 
+def _legs(x: float, y: float, height: float, radius: float, part: int) -> list[tuple[Primitive, int]]:
+    """Four vertical legs of ``height`` from the floor at ``(±x, ±y)``, all labelled ``part``."""
+    return [
+        (Cylinder((sx * x, sy * y, height / 2), radius, height / 2), part) for sx in (-1, 1) for sy in (-1, 1)
+    ]
+
+
 def _table(rng: np.random.Generator, part: list[int]) -> list[tuple[Primitive, int]]:
     width, depth, height = rng.uniform(0.6, 1.2), rng.uniform(0.4, 0.8), rng.uniform(0.5, 0.9)
     radius = rng.uniform(0.03, 0.06)
-    shapes: list[tuple[Primitive, int]] = [(Box((0, 0, height), (width, depth, 0.03)), part[0])]
-    for sx in (-1, 1):
-        for sy in (-1, 1):
-            leg = Cylinder((sx * (width - 0.1), sy * (depth - 0.1), height / 2), radius, height / 2)
-            shapes.append((leg, part[1]))
-    return shapes
+    top = (Box((0, 0, height), (width, depth, 0.03)), part[0])
+    return [top, *_legs(width - 0.1, depth - 0.1, height, radius, part[1])]
 
 
 def _lamp(rng: np.random.Generator, part: list[int]) -> list[tuple[Primitive, int]]:
@@ -64,12 +67,7 @@ def _chair(rng: np.random.Generator, part: list[int]) -> list[tuple[Primitive, i
     radius = rng.uniform(0.02, 0.04)
     back = Rectangle((0, -half, seat_h + back_h), (1, 0, 0), (0, 0, 1), half, back_h)
     seat = Box((0, 0, seat_h), (half, half, 0.03))
-    shapes: list[tuple[Primitive, int]] = [(seat, part[0]), (back, part[1])]
-    for sx in (-1, 1):
-        for sy in (-1, 1):
-            leg = Cylinder((sx * (half - 0.05), sy * (half - 0.05), seat_h / 2), radius, seat_h / 2)
-            shapes.append((leg, part[2]))
-    return shapes
+    return [(seat, part[0]), (back, part[1]), *_legs(half - 0.05, half - 0.05, seat_h, radius, part[2])]
 
 
 def _rocket(rng: np.random.Generator, part: list[int]) -> list[tuple[Primitive, int]]:
