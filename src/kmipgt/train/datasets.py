@@ -162,9 +162,6 @@ def _streamed_level(
     """Streamed splits, each graph prepared as it is read; the feature statistics (z-scoring, from float64
     moments) and the label range come from one chunk-wise pass over the training split."""
     splits = {s: raw[s].map(partial(_prepare_graph, config=config)) for s in SPLITS}
-    if config.task.level == "node":
-        check = partial(_with_node_labels, name=config.data.name)
-        splits = {s: graphs.map(check) for s, graphs in splits.items()}
     first = splits["train"][0]
     keys = []  # the z-scored features
     if config.data.normalize_features:
@@ -251,8 +248,13 @@ def _inductive_node_level(raw, config: Config) -> tuple[dict[str, Sequence[Data]
         raise ValueError("task.label_inputs and data.split_seed need one graph with split masks; "
                          f"dataset {config.data.name!r} is a set of graphs, each in one split")
     splits, first, targets = _graph_level(raw, config)
-    for graph in (g for s in SPLITS if isinstance(splits[s], list) for g in splits[s]):
-        _with_node_labels(graph, config.data.name)
+    check = partial(_with_node_labels, name=config.data.name)
+    for split, graphs in splits.items():
+        if isinstance(graphs, StreamedGraphs):  # checked as each graph is read
+            splits[split] = graphs.map(check)
+        else:
+            for graph in graphs:
+                check(graph)
     return splits, first, targets
 
 

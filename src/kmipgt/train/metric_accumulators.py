@@ -21,7 +21,7 @@ from kmipgt.train.segmentation_metrics import (
     SHAPE_METRICS,
     class_miou,
     instance_miou,
-    iou_of_counts,
+    mean_iou_of_counts,
     shape_ious,
 )
 
@@ -69,8 +69,7 @@ class ConfusionScores:
         if name == "accuracy":
             return (counts.diagonal().sum() / counts.sum()).item()
         if name == "miou":
-            iou = iou_of_counts(table)
-            return iou[~iou.isnan()].mean().item()
+            return mean_iou_of_counts(table)
         if name == "macro_f1":
             marginals = counts.sum(0) + counts.sum(1)
             present = marginals > 0

@@ -27,6 +27,7 @@ __all__ = [
     "instance_miou",
     "iou_of_counts",
     "mean_iou",
+    "mean_iou_of_counts",
     "overall_accuracy",
     "shape_ious",
     "shape_metric",
@@ -95,7 +96,12 @@ def iou_of_counts(counts: Tensor) -> Tensor:
 def mean_iou(pred: Tensor, target: Tensor, num_classes: int) -> float:
     """Mean of :func:`class_iou` over the classes present in prediction or target (S3DIS's mIoU over its
     13 classes, pooled over every point of the split)."""
-    iou = class_iou(pred, target, num_classes)
+    return mean_iou_of_counts(confusion_matrix(pred, target, num_classes))
+
+
+def mean_iou_of_counts(counts: Tensor) -> float:
+    """Mean of :func:`iou_of_counts` over the classes present in prediction or target."""
+    iou = iou_of_counts(counts)
     return iou[~iou.isnan()].mean().item()
 
 
