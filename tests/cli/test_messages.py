@@ -63,14 +63,37 @@ def test_a_sweep_given_to_train_names_kmipgt_sweep(capsys):
     )
 
 
-def test_a_config_error_comes_before_torch_is_imported():
-    code = ("import sys; from kmipgt.cli import main; "
-            "assert main(['train', '--set', 'model.kk=3']) == 2; "
-            "assert 'torch' not in sys.modules, 'torch imported'")
-    done = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(SRC)}, capture_output=True,
-                          text=True)
+def _in_a_fresh_interpreter(code: str) -> subprocess.CompletedProcess:
+    """Run ``code``, then fail unless torch is still not imported."""
+    check = "; import sys; assert 'torch' not in sys.modules, 'torch imported'"
+    return subprocess.run([sys.executable, "-c", code + check], env={"PYTHONPATH": str(SRC)},
+                          capture_output=True, text=True)
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("model.kk=3", "did you mean 'k'?"),
+    ("model.attention=foo", "config key 'model.attention' must be one of ('kmip', 'full', 'performer'"),
+    ("model.local=foo", "config key 'model.local' must be one of ('gatedgcn', 'gine'"),
+    ("data.name=foo", "config key 'data.name' must be one of ('minnesota', 'helsinki'"),
+    ("model.kind=foo", "config key 'model.kind' must be one of ('gps', 'mlp'"),
+    ("model.norm_position=foo", "config key 'model.norm_position' must be one of ('post', 'pre')"),
+    ("model.k=0", "config key 'model.k' must be >= 1, got 0"),
+    ("task.metric=foo", "config key 'task.metric' must be one of ('accuracy'"),
+    ("distributed.strategy=foo", "config key 'distributed.strategy' must be one of ('none', 'ddp', 'graph')"),
+])
+def test_a_config_error_comes_before_torch_is_imported(override, message):
+    done = _in_a_fresh_interpreter(
+        f"from kmipgt.cli import main; assert main(['train', '--set', {override!r}]) == 2"
+    )
     assert done.returncode == 0, done.stderr
-    assert "did you mean 'k'?" in done.stderr
+    assert message in done.stderr
+
+
+def test_checking_a_good_config_imports_no_torch():
+    done = _in_a_fresh_interpreter(
+        "from kmipgt.cli.runs import load_config; load_config('peptides_func', ['device=cuda:1'])"
+    )
+    assert done.returncode == 0, done.stderr
 
 
 def test_configs_lists_run_configs_then_sweeps_with_their_first_comment_line(capsys):

@@ -8,6 +8,9 @@ from torch_geometric.data import Data
 
 from kmipgt.cli import main
 from kmipgt.data import DATASETS, get_dataset, list_datasets, load_dataset
+from kmipgt.data.city_networks import CITY_NUM_NODES
+from kmipgt.data.lrgb import LRGB_NAMES
+from kmipgt.lazy import resolve
 from kmipgt.train import load_config
 from kmipgt.train.datasets import load_raw
 from kmipgt.train.validation import validate_config
@@ -44,6 +47,13 @@ def test_registry_lists_every_dataset():
     ]
     assert list_datasets() == names
     assert get_dataset("helsinki").extra == "helsinki" and get_dataset("lrgb").levels == ("graph",)
+
+
+def test_every_loader_reference_resolves_and_descriptions_name_the_copies_options():
+    for dataset in DATASETS.values():
+        assert callable(resolve(dataset.loader)), dataset.name
+    assert all(city in get_dataset("city_networks").description for city in CITY_NUM_NODES)
+    assert all(name in get_dataset("lrgb").description for name in LRGB_NAMES.values())
 
 
 def test_cli_and_training_resolve_the_same_names(calls, capsys):

@@ -63,7 +63,7 @@ def test_cores_take_the_same_tokens_and_kmip_with_k_at_least_n_is_full_attention
     q, k, v = (torch.randn(batch.numel(), 2, 4) for _ in range(3))
     outputs = {}
     for kind, spec in ATTENTION_KINDS.items():
-        core = spec.core
+        core = spec.core_class
         options = {"k": max(SIZES)} if kind == "kmip" else {}
         outputs[kind] = core(2, 4, **options).eval()(q, k, v, edge_index, batch)
         assert outputs[kind].shape == v.shape, kind
@@ -112,7 +112,7 @@ def test_config_k_reaches_only_the_kmip_core():
 def test_queries_and_keys_can_be_narrower_than_values(kind):
     x, edge_index, batch = _batch()
     options = {"k": 4} if kind == "kmip" else {}
-    module = ATTENTION_KINDS.lookup(kind).module(16, heads=2, head_dim=5, qk_dim=3, **options).eval()
+    module = ATTENTION_KINDS.lookup(kind).module_class(16, heads=2, head_dim=5, qk_dim=3, **options).eval()
     assert (module.lin_query.out_features, module.lin_key.out_features) == (6, 6)
     query, key, value = module.query_key_value(x)
     assert (query.shape[-1], key.shape[-1], value.shape[-1]) == (3, 3, 5)
@@ -186,11 +186,11 @@ def test_gps_conv_reset_and_argument_errors():
 def test_without_value_projection_the_values_are_the_input_channels(kind):
     x, edge_index, batch = _batch()
     options = {"kmip": {"k": 4}, "grf": {"seed": 0}}.get(kind, {})
-    bare = ATTENTION_KINDS.lookup(kind).module(16, heads=2, value_projection=False, **options).eval()
+    bare = ATTENTION_KINDS.lookup(kind).module_class(16, heads=2, value_projection=False, **options).eval()
     assert not any(name.startswith("lin_value") for name, _ in bare.named_parameters())
     torch.testing.assert_close(bare.query_key_value(x)[2], x.view(-1, 2, 8))
     # The same module with an identity W_V (and zero bias) is an independent computation of the same thing.
-    projected = ATTENTION_KINDS.lookup(kind).module(16, heads=2, **options).eval()
+    projected = ATTENTION_KINDS.lookup(kind).module_class(16, heads=2, **options).eval()
     projected.load_state_dict(bare.state_dict(), strict=False)
     with torch.no_grad():
         projected.lin_value.weight.copy_(torch.eye(16))

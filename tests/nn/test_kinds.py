@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from kmipgt.analysis import explainable_kinds
-from kmipgt.distributed.graph_model import partitioned_attention_kinds, partitioned_local_kinds
+from kmipgt.distributed.choices import partitioned_attention_kinds, partitioned_local_kinds
 from kmipgt.nn import (
     ATTENTION_KINDS,
     LOCAL_KINDS,
@@ -64,7 +64,7 @@ def test_module_and_kind_must_agree():
 
 
 def test_a_kind_that_reads_edges_requires_them():
-    module = ATTENTION_KINDS.lookup("grf").module(8, 2, attn_type="grf")
+    module = ATTENTION_KINDS.lookup("grf").module_class(8, 2, attn_type="grf")
     with pytest.raises(ValueError, match="edge_index"):
         module(torch.randn(4, 8))
 

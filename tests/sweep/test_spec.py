@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kmipgt.sweep import cell_overrides, expand, format_value, load_sweep
+from kmipgt.cli import main
+from kmipgt.sweep import cell_overrides, check_cells, expand, format_value, load_sweep
 from kmipgt.train import build_model
 from kmipgt.train.config import load_config
 from kmipgt.train.datasets import PreparedData
@@ -99,3 +100,17 @@ def test_shipped_sweeps_expand_into_configs_that_build(path, monkeypatch):
         data = PreparedData(config.task.level, None, None, in_channels=40, edge_channels=1, out_channels=10,
                             name=config.data.name)
         build_model(config, data)
+
+
+def test_a_bad_value_in_one_cell_is_reported_before_any_cell_runs(tmp_path, capsys):
+    base = write_yaml(tmp_path / "base.yaml", TINY_CITY)
+    path = write_yaml(tmp_path / "s.yaml", {"base": str(base), "out": str(tmp_path / "out"),
+                                            "grid": {"model.k": [4, 0], "seed": [0]}})
+    sweep = load_sweep(path)
+    check_cells(sweep, expand(sweep)[:1])
+    message = r"^cell model.k=0 seed=0: config key 'model.k' must be >= 1, got 0$"
+    with pytest.raises(ValueError, match=message):
+        check_cells(sweep, expand(sweep))
+    assert main(["sweep", str(path)]) == 2
+    assert "cell model.k=0 seed=0" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -8,10 +8,13 @@ from kmipgt.malloc import use_allocator
 
 
 def load_config(path, overrides: list[str] | tuple[str, ...] = ()):
-    """The run config at ``path`` with ``overrides``, its ``allocator`` applied before any data are built."""
+    """The run config at ``path`` with ``overrides``, checked before torch is imported (a bad value is
+    reported at once), its ``allocator`` applied before any data are built."""
     from kmipgt import train
+    from kmipgt.train.validation import validate_config
 
     config = train.load_config(path, overrides)
+    validate_config(config)
     use_allocator(config.allocator)
     return config
 

@@ -10,10 +10,11 @@ from kmipgt.cli.parser import add_overrides
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from kmipgt.sweep import cell_dir, cell_state, expand, load_sweep, run_sweep, write_reports
+    from kmipgt.sweep import cell_dir, cell_state, check_cells, expand, load_sweep, run_sweep, write_reports
 
     sweep = load_sweep(args.sweep, out=args.out, overrides=args.overrides)
     cells = expand(sweep)
+    check_cells(sweep, cells)
     if args.dry_run:
         print(f"{len(cells)} cells of {sweep.path} (base {sweep.base}) in {sweep.out}:")
         for cell in cells:

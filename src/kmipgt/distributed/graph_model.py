@@ -16,28 +16,16 @@ from torch import Tensor
 
 from kmipgt.distributed.attention import sharded_kmip_attention
 from kmipgt.distributed.batch_norm import global_batch_norms
+from kmipgt.distributed.choices import partitioned_attention_kinds, partitioned_local_kinds
 from kmipgt.distributed.halo import HaloPlan, halo_exchange
 from kmipgt.nn import GraphTransformer, KMIPCore
-from kmipgt.nn.attention_kinds import ATTENTION_KINDS, NO_ATTENTION
-from kmipgt.nn.local_kinds import LOCAL_KINDS, NO_LOCAL
 from kmipgt.ops import APPROXIMATE_BACKENDS, SEARCH_BACKENDS
 
 __all__ = [
     "PartitionedGraphTransformer",
     "ShardedKMIPCore",
-    "partitioned_attention_kinds",
-    "partitioned_local_kinds",
 ]
 
-
-def partitioned_local_kinds() -> tuple[str, ...]:
-    """The local MPNN kinds a partition runs: those that take ``(x_src, x_dst)`` pairs, and ``"none"``."""
-    return (*(name for name, kind in LOCAL_KINDS.items() if kind.bipartite), NO_LOCAL)
-
-
-def partitioned_attention_kinds() -> tuple[str, ...]:
-    """The attention kinds a partition runs: those flagged ``shardable`` (k-MIP), and ``"none"``."""
-    return (*(name for name, kind in ATTENTION_KINDS.items() if kind.shardable), NO_ATTENTION)
 
 # Search options the sharded op takes: it searches every visiting key block exactly.
 _SHARDED_SEARCH_OPTIONS = ("scale",)

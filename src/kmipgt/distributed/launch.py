@@ -10,11 +10,9 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-__all__ = ["STRATEGIES", "Ranks", "current_ranks", "process_group", "rank_device"]
+from kmipgt.distributed.choices import STRATEGIES
 
-# `distributed.strategy` of a training config: one process, DDP over many-graph mini-batches, or one graph
-# whose nodes are partitioned across the ranks.
-STRATEGIES = ("none", "ddp", "graph")
+__all__ = ["STRATEGIES", "Ranks", "current_ranks", "process_group", "rank_device"]
 # What torchrun sets for every process it starts (env:// rendezvous of init_process_group).
 _TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from kmipgt.distributed.choices import PARTITIONS
+
 __all__ = ["PARTITIONS", "block_offsets", "partition_order", "spatial_order"]
 
-# ``distributed.partition``: spatial where the graph has coordinates (auto), the stored order, or spatial.
-PARTITIONS = ("auto", "contiguous", "spatial")
 
 
 def block_offsets(num_nodes: int, parts: int) -> list[int]:

@@ -26,8 +26,6 @@ from torch import Tensor
 from kmipgt.grf import CSRPattern
 from kmipgt.grf.edge_sums import default_chunk_rows, normalised_kernel_attention_rows
 from kmipgt.nn.attention_kinds import ATTENTION_KINDS, NO_ATTENTION, AttentionKind
-from kmipgt.nn.cores import FullCore, KMIPCore, PerformerCore
-from kmipgt.nn.grf_core import GRFCore
 
 
 def _core_attribute(name: str) -> property:
@@ -123,7 +121,7 @@ class ProjectedAttention(torch.nn.Module):
         self.lin_value = torch.nn.Linear(channels, inner) if value_projection else torch.nn.Identity()
         self.lin_out = torch.nn.Linear(inner, channels)
         # A core's own sizes (random features, projections) are those of the queries and keys.
-        self.core = self.kind.core(heads, qk_dim, dropout, **attn_kwargs)
+        self.core = self.kind.core_class(heads, qk_dim, dropout, **attn_kwargs)
 
     def reset_parameters(self) -> None:
         for lin in (self.lin_query, self.lin_key, self.lin_value, self.lin_out):
@@ -329,15 +327,6 @@ class GRFAttention(ProjectedAttention):
         return out
 
 
-for _kind in (
-    AttentionKind("kmip", KMIPCore, KMIPAttention, shardable=True, explain="selection"),
-    AttentionKind("full", FullCore, FullAttention, explain="top_weights"),
-    AttentionKind("performer", PerformerCore, PerformerAttention),
-    AttentionKind("grf", GRFCore, GRFAttention, edge_index=True, float32_only=True),
-):
-    ATTENTION_KINDS.register(_kind)
-
-
 def build_global_attention(
     kind: str,
     channels: int,
@@ -359,5 +348,5 @@ def build_global_attention(
     """
     if kind == NO_ATTENTION:
         return None
-    module = ATTENTION_KINDS.lookup(kind).module or ProjectedAttention
+    module = ATTENTION_KINDS.lookup(kind).module_class or ProjectedAttention
     return module(channels, heads, head_dim, dropout, qk_channels, attn_type=kind, **(attn_kwargs or {}))

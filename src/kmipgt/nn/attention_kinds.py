@@ -5,6 +5,9 @@ partitioned model look a kind up here and act on its flags, never on a list of k
 a new kind is one module holding its :class:`~kmipgt.nn.cores.AttentionCore` plus one
 ``ATTENTION_KINDS.register(AttentionKind(...))`` call. ``"none"`` (no attention) is not a kind: it is the
 absence of one.
+
+This module imports no torch: the built-in kinds name their classes as ``"module:Class"``, imported when a
+module of the kind is first built (:func:`kmipgt.lazy.resolve`).
 """
 
 from __future__ import annotations
@@ -12,11 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import torch
-
+from kmipgt.lazy import resolve
 from kmipgt.nn.registry import NONE, KindRegistry
 
 if TYPE_CHECKING:
+    import torch
+
     from kmipgt.nn.cores import AttentionCore
 
 __all__ = ["ATTENTION_KINDS", "EXPLAIN_MODES", "NO_ATTENTION", "AttentionKind"]
@@ -33,9 +37,11 @@ class AttentionKind:
 
     Attributes:
         name: the ``attention=`` value (config ``model.attention``) that selects it.
-        core: its core class, built as ``core(heads, head_dim, dropout, **attn_kwargs)``.
-        module: the :class:`~kmipgt.nn.attention.ProjectedAttention` subclass around the core, for a kind
-            whose module adds attributes or a forward of its own; ``None``: ``ProjectedAttention`` itself.
+        core: its core class (or its ``"module:Class"`` name), built as
+            ``core(heads, head_dim, dropout, **attn_kwargs)``.
+        module: the :class:`~kmipgt.nn.attention.ProjectedAttention` subclass around the core (or its
+            name), for a kind whose module adds attributes or a forward of its own; ``None``:
+            ``ProjectedAttention`` itself.
         qk_x: whether its queries and keys may come from a separate input (``qk_x``, the model's
             ``attention_qk`` other than ``"hidden"``).
         edge_index: whether the core reads the graph's edges (a topological mask); the module then
@@ -50,8 +56,8 @@ class AttentionKind:
     """
 
     name: str
-    core: type[AttentionCore]
-    module: type[torch.nn.Module] | None = None
+    core: type[AttentionCore] | str
+    module: type[torch.nn.Module] | str | None = None
     qk_x: bool = True
     edge_index: bool = False
     float32_only: bool = False
@@ -62,6 +68,27 @@ class AttentionKind:
         if self.explain is not None and self.explain not in EXPLAIN_MODES:
             raise ValueError(f"explain must be one of {EXPLAIN_MODES} or None, got {self.explain!r}")
 
+    @property
+    def core_class(self) -> type[AttentionCore]:
+        """The core class, imported on first use."""
+        return resolve(self.core)
+
+    @property
+    def module_class(self) -> type[torch.nn.Module] | None:
+        """The module class around the core (``None``: ``ProjectedAttention``), imported on first use."""
+        return resolve(self.module)
+
 
 # name -> AttentionKind of every registered kind; ``ATTENTION_KINDS.names()``: what ``attention=`` takes.
 ATTENTION_KINDS: KindRegistry[AttentionKind] = KindRegistry("attention kind")
+
+for _kind in (
+    AttentionKind("kmip", "kmipgt.nn.cores:KMIPCore", "kmipgt.nn.attention:KMIPAttention", shardable=True,
+                  explain="selection"),
+    AttentionKind("full", "kmipgt.nn.cores:FullCore", "kmipgt.nn.attention:FullAttention",
+                  explain="top_weights"),
+    AttentionKind("performer", "kmipgt.nn.cores:PerformerCore", "kmipgt.nn.attention:PerformerAttention"),
+    AttentionKind("grf", "kmipgt.nn.grf_core:GRFCore", "kmipgt.nn.attention:GRFAttention", edge_index=True,
+                  float32_only=True),
+):
+    ATTENTION_KINDS.register(_kind)

@@ -8,10 +8,10 @@ import torch
 from torch import Tensor
 from torch_geometric.nn.models import GAT, GCN, MLP, GraphSAGE, Polynormer, SGFormer
 
+from kmipgt.nn.choices import BASELINE_KINDS
 from kmipgt.nn.encoders import NodeEncoder
 from kmipgt.nn.model import MLPHead, _ReadoutModel, check_node_pairs
 
-BASELINE_KINDS = ("mlp", "gcn", "sage", "gat", "sgformer", "polynormer")
 _BASIC_GNNS = {"gcn": GCN, "sage": GraphSAGE, "gat": GAT}
 # PyG's SGFormer and Polynormer pad a mini-batch of graphs into one dense tensor, and their attention
 # normalisers count the padded keys (SGFormer also uses the padded size), so one graph's output depends on the

@@ -66,7 +66,7 @@ class KMIPGPSConv(GPSConv):
         # not divide by heads when head_dim is given), replaced here.
         super().__init__(channels, conv, 1, dropout, act, act_kwargs, norm, norm_kwargs)
         self.heads, self.attn_type = heads, attn_type
-        module = kinds[attn_type].module or ProjectedAttention
+        module = kinds[attn_type].module_class or ProjectedAttention
         self.attn = module(channels, heads, attn_type=attn_type, **(attn_kwargs or {}))
 
     def reset_parameters(self) -> None:

@@ -23,10 +23,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from kmipgt.nn.attention import build_global_attention
+from kmipgt.nn.choices import ACTIVATIONS, NORM_KINDS
 from kmipgt.nn.local_kinds import LOCAL_KINDS, NO_LOCAL, build_local_mpnn
-
-NORM_KINDS = ("layer", "batch")
-ACTIVATIONS = ("gelu", "relu")
 
 
 def build_norm(kind: str, channels: int) -> torch.nn.Module:
@@ -178,7 +176,8 @@ class Series(Parallel):
         return layer.placement.attention(layer, x, edge_index, batch, qk_x, residual=True)
 
 
-# ``norm_position`` -> placement, ``attention_order`` -> combiner
+# ``norm_position`` -> placement, ``attention_order`` -> combiner (their names: NORM_POSITIONS and
+# ATTENTION_ORDERS of kmipgt.nn.choices)
 NORM_PLACEMENTS: dict[str, type[PostNorm | PreNorm]] = {"post": PostNorm, "pre": PreNorm}
 COMBINERS: dict[str, type[Parallel]] = {"parallel": Parallel, "series": Series}
 

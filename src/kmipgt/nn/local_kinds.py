@@ -4,25 +4,28 @@ As PyG's ``BasicGNN`` flags ``supports_edge_attr`` on the class, a kind says her
 features and whether it carries its own residual; the GPS layer, the model's edge encoder, the branch
 monitor and the partitioned model act on these flags instead of on kind names or layer classes.
 ``"none"`` (no local MPNN) is not a kind: it is the absence of one.
+
+This module imports no torch: each built-in builder imports its layer when it is first called, so that a
+config's ``model.local`` is checked before torch loads.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-from torch_geometric.nn import GATConv, GCNConv, GINEConv, SAGEConv
-
-from kmipgt.nn.gated_gcn import GatedGCNLayer
 from kmipgt.nn.registry import NONE, KindRegistry
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["LOCAL_KINDS", "NO_LOCAL", "LocalKind", "build_local_mpnn"]
 
 NO_LOCAL = NONE
 # ``build(channels, dropout, residual)``: the MPNN mapping ``channels`` to ``channels``; ``residual`` is
 # read only by kinds that carry their own residual.
-LocalBuilder = Callable[[int, float, bool], torch.nn.Module]
+LocalBuilder = Callable[[int, float, bool], "torch.nn.Module"]
 
 
 @dataclass(frozen=True)
@@ -62,25 +65,49 @@ def build_local_mpnn(
     return LOCAL_KINDS.lookup(kind).build(channels, dropout, residual)
 
 
+def _gatedgcn(channels: int, dropout: float, residual: bool) -> torch.nn.Module:
+    from kmipgt.nn.gated_gcn import GatedGCNLayer
+
+    return GatedGCNLayer(channels, dropout=dropout, residual=residual)
+
+
 def _gine(channels: int, dropout: float, residual: bool) -> torch.nn.Module:
+    import torch
+    from torch_geometric.nn import GINEConv
+
     mlp = torch.nn.Sequential(
         torch.nn.Linear(channels, channels), torch.nn.ReLU(), torch.nn.Linear(channels, channels)
     )
     return GINEConv(mlp, edge_dim=channels)
 
 
+def _sage(channels: int, dropout: float, residual: bool) -> torch.nn.Module:
+    from torch_geometric.nn import SAGEConv
+
+    return SAGEConv(channels, channels)
+
+
+def _gcn(channels: int, dropout: float, residual: bool) -> torch.nn.Module:
+    from torch_geometric.nn import GCNConv
+
+    return GCNConv(channels, channels)
+
+
+def _gat(channels: int, dropout: float, residual: bool) -> torch.nn.Module:
+    from torch_geometric.nn import GATConv
+
+    return GATConv(channels, channels, dropout=dropout)
+
+
 for _kind in (
     # GraphGPS's GatedGCN: edge updates, its own residual and dropout.
-    LocalKind(
-        "gatedgcn", lambda c, p, residual: GatedGCNLayer(c, dropout=p, residual=residual),
-        supports_edge_attr=True, own_residual=True,
-    ),
+    LocalKind("gatedgcn", _gatedgcn, supports_edge_attr=True, own_residual=True),
     # PyG's GINEConv, keeping the edge features unchanged.
     LocalKind("gine", _gine, supports_edge_attr=True),
-    LocalKind("sage", lambda c, p, residual: SAGEConv(c, c)),
+    LocalKind("sage", _sage),
     # Symmetric normalisation with self-loops, which on a partition would need the halo nodes' degrees too.
-    LocalKind("gcn", lambda c, p, residual: GCNConv(c, c), bipartite=False),
+    LocalKind("gcn", _gcn, bipartite=False),
     # One head, its attention coefficients dropped out as PyG's GAT model builds it.
-    LocalKind("gat", lambda c, p, residual: GATConv(c, c, dropout=p)),
+    LocalKind("gat", _gat),
 ):
     LOCAL_KINDS.register(_kind)

@@ -12,15 +12,13 @@ from torch import Tensor
 from torch_geometric.nn import global_add_pool, global_mean_pool
 
 from kmipgt.nn.attention_kinds import ATTENTION_KINDS, NO_ATTENTION
+from kmipgt.nn.choices import ATTENTION_QK, POOLINGS, TASKS
 from kmipgt.nn.encoders import EdgeEncoder, NodeEncoder
 from kmipgt.nn.gps_layer import GPSLayer, build_norm
 from kmipgt.nn.grf_core import share_walk_caches
 from kmipgt.nn.local_kinds import LOCAL_KINDS, NO_LOCAL
 from kmipgt.ops.ragged import layout_of
 
-TASKS = ("node", "graph", "edge")
-POOLINGS = ("mean", "sum")
-ATTENTION_QK = ("hidden", "encoding", "position")
 # What a layer without attention is built with: the options of the attention branch are off with it.
 _WITHOUT_ATTENTION = {"attention": NO_ATTENTION, "attention_gate": False, "attention_order": "parallel"}
 

@@ -1,5 +1,9 @@
 """A registry of named kinds of one sort (attention kinds, local MPNN kinds), with ``"none"`` naming the
-absence of one: what :mod:`kmipgt.nn.attention_kinds` and :mod:`kmipgt.nn.local_kinds` share."""
+absence of one: what :mod:`kmipgt.nn.attention_kinds` and :mod:`kmipgt.nn.local_kinds` share.
+
+Registries and their built-in entries import no torch: a config's kind names are checked against them
+before torch loads, so a misspelt name is reported at once.
+"""
 
 from __future__ import annotations
 

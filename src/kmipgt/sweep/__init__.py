@@ -7,7 +7,7 @@ markdown and plot.
 """
 
 from kmipgt.sweep.report import summary_markdown, write_reports
-from kmipgt.sweep.run import cell_state, run_cell, run_sweep
+from kmipgt.sweep.run import cell_state, check_cells, run_cell, run_sweep
 from kmipgt.sweep.spec import Cell, Sweep, cell_dir, cell_overrides, expand, format_value, load_sweep
 from kmipgt.sweep.stats import paired_differences, summarize
 
@@ -17,6 +17,7 @@ __all__ = [
     "cell_dir",
     "cell_overrides",
     "cell_state",
+    "check_cells",
     "expand",
     "format_value",
     "load_sweep",

@@ -19,6 +19,7 @@ import yaml
 import kmipgt
 from kmipgt.sweep.spec import Cell, Sweep, cell_dir, cell_overrides, expand, format_value
 from kmipgt.train.config import config_differences, config_to_dict, load_config
+from kmipgt.train.validation import validate_config
 
 METRIC_COLUMNS = ("train", "val", "test", "best_epoch", "epochs", "seconds_per_epoch", "peak_memory_mb",
                   "parameters")
@@ -28,6 +29,16 @@ ERROR_TAIL_LINES = 40
 def _read_metrics(directory: Path) -> dict[str, Any] | None:
     path = directory / "metrics.json"
     return json.loads(path.read_text()) if path.is_file() else None
+
+
+def check_cells(sweep: Sweep, cells: list[Cell]) -> None:
+    """ValueError (or TypeError) naming the first cell whose config is invalid, before any is trained: a bad
+    override would otherwise fail every cell, each in its own process."""
+    for cell in cells:
+        try:
+            validate_config(load_config(sweep.base, cell_overrides(sweep, cell)))
+        except (ValueError, TypeError) as error:
+            raise type(error)(f"cell {cell.label}: {error}") from None
 
 
 def cell_state(sweep: Sweep, cell: Cell) -> str:

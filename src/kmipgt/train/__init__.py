@@ -6,8 +6,9 @@ The names below are imported on first use (PEP 562), so reading and checking a c
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from kmipgt.lazy import lazy_package
 
 if TYPE_CHECKING:
     from kmipgt.train.config import Config, load_config
@@ -47,13 +48,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _SOURCES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_SOURCES[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+lazy_package(__name__, _SOURCES)

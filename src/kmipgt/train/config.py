@@ -129,7 +129,7 @@ class ModelConfig:
         # Imported here: reading and checking a config imports no torch, so key errors come at once.
         from kmipgt.nn.attention_kinds import ATTENTION_KINDS, NO_ATTENTION
 
-        core = None if self.attention == NO_ATTENTION else ATTENTION_KINDS.lookup(self.attention).core
+        core = None if self.attention == NO_ATTENTION else ATTENTION_KINDS.lookup(self.attention).core_class
         if core is not None and "k" in inspect.signature(core).parameters:
             return {"k": self.k, **self.attention_options}
         return dict(self.attention_options)

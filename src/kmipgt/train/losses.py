@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["LOSSES", "compute_loss"]
+from kmipgt.train.choices import LOSSES
 
-LOSSES = ("cross_entropy", "bce", "l1")
+__all__ = ["LOSSES", "compute_loss"]
 
 
 def compute_loss(name: str, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -7,10 +7,8 @@ import numpy as np
 from sklearn.metrics import average_precision_score, f1_score, roc_auc_score
 from torch import Tensor
 
-from kmipgt.train.segmentation_metrics import SHAPE_METRICS, mean_iou
-
-# The shape metrics need the shapes of a split: the node-batch task scores them (Task.score).
-METRICS = ("accuracy", "macro_f1", "miou", "ap", "roc_auc", "mae", *SHAPE_METRICS)
+from kmipgt.train.choices import METRICS, SHAPE_METRICS
+from kmipgt.train.segmentation_metrics import mean_iou
 
 
 def accuracy(logits: Tensor, target: Tensor) -> float:

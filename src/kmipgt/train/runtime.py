@@ -11,6 +11,7 @@ import resource
 import numpy as np
 import torch
 
+from kmipgt.train.choices import PRECISIONS
 from kmipgt.train.config import Config
 
 __all__ = [
@@ -23,8 +24,6 @@ __all__ = [
     "seed_everything",
     "warmup_cosine",
 ]
-
-PRECISIONS = ("fp32", "bf16")
 
 
 def seed_everything(seed: int) -> None:

@@ -17,6 +17,7 @@ from torch_geometric.data import Data
 
 from kmipgt.data.shapenet_part import shapenet_part_category_parts
 from kmipgt.data.synthetic_parts import category_parts as synthetic_category_parts
+from kmipgt.train.choices import SHAPE_METRICS
 
 __all__ = [
     "CATEGORY_PARTS",
@@ -33,9 +34,6 @@ __all__ = [
     "shape_metric",
     "shape_parts",
 ]
-
-# Scores over shapes: the mean IoU per shape (instance average) or per category (class average).
-SHAPE_METRICS = ("instance_miou", "class_miou")
 
 # dataset name -> the part ids of each of its categories, as its graphs' ``category`` numbers them
 CATEGORY_PARTS: dict[str, Callable[[], list[list[int]]]] = {

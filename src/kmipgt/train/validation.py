@@ -3,28 +3,37 @@
 :func:`kmipgt.train.config.load_config` already checks key names and types; what it cannot see (``epochs``
 0, a misspelt ``task.loss``) would otherwise fail epochs later, after ``config.yaml`` was written, or not
 at all (``epochs: 0`` wrote NaN into ``metrics.json``).
+
+Every name is checked against torch-free vocabularies (the registries and the ``choices`` modules), so a
+command reports a bad value before it imports torch.
 """
 
 from __future__ import annotations
 
 import math
+import re
 
-import torch
-
-from kmipgt.data import list_datasets
-from kmipgt.distributed.graph_model import partitioned_attention_kinds, partitioned_local_kinds
-from kmipgt.distributed.launch import STRATEGIES
-from kmipgt.distributed.partition import PARTITIONS
+from kmipgt.data.registry import list_datasets
+from kmipgt.distributed.choices import (
+    PARTITIONS,
+    STRATEGIES,
+    partitioned_attention_kinds,
+    partitioned_local_kinds,
+)
 from kmipgt.malloc import ALLOCATORS
 from kmipgt.nn.attention_kinds import ATTENTION_KINDS
-from kmipgt.nn.gps_layer import ACTIVATIONS, COMBINERS, NORM_KINDS, NORM_PLACEMENTS
+from kmipgt.nn.choices import (
+    ACTIVATIONS,
+    ATTENTION_ORDERS,
+    ATTENTION_QK,
+    NORM_KINDS,
+    NORM_POSITIONS,
+    POOLINGS,
+    TASKS,
+)
 from kmipgt.nn.local_kinds import LOCAL_KINDS
-from kmipgt.nn.model import ATTENTION_QK, POOLINGS, TASKS
+from kmipgt.train.choices import LOSSES, METRICS, MODEL_KINDS, PRECISIONS
 from kmipgt.train.config import Config
-from kmipgt.train.losses import LOSSES
-from kmipgt.train.metrics import METRICS
-from kmipgt.train.models import MODEL_BUILDERS
-from kmipgt.train.runtime import PRECISIONS
 from kmipgt.train.tensorboard import require_tensorboard
 
 __all__ = ["validate_config"]
@@ -66,12 +75,12 @@ def _check_data(config: Config) -> None:
 
 def _check_model(config: Config) -> None:
     m = config.model
-    _one_of("model.kind", m.kind, tuple(MODEL_BUILDERS))
+    _one_of("model.kind", m.kind, MODEL_KINDS)
     _one_of("model.local", m.local, LOCAL_KINDS.names())
     _one_of("model.attention", m.attention, ATTENTION_KINDS.names())
     _one_of("model.norm", m.norm, NORM_KINDS)
-    _one_of("model.norm_position", m.norm_position, tuple(NORM_PLACEMENTS))
-    _one_of("model.attention_order", m.attention_order, tuple(COMBINERS))
+    _one_of("model.norm_position", m.norm_position, NORM_POSITIONS)
+    _one_of("model.attention_order", m.attention_order, ATTENTION_ORDERS)
     _one_of("model.activation", m.activation, ACTIVATIONS)
     _one_of("model.pooling", m.pooling, POOLINGS)
     _one_of("model.attention_qk", m.attention_qk, ATTENTION_QK)
@@ -98,9 +107,15 @@ def _check_optim(config: Config) -> None:
         raise ValueError(f"config key 'optim.lr' must be a positive number, got {o.lr!r}")
 
 
+# Device strings accepted without asking torch, which would have to be imported.
+_COMMON_DEVICE = re.compile(r"auto|(cpu|cuda|mps)(:\d+)?")
+
+
 def _check_device(name: str) -> None:
-    if name == "auto":
+    if _COMMON_DEVICE.fullmatch(name):
         return
+    import torch
+
     try:
         torch.device(name)
     except RuntimeError as error:
@@ -145,7 +160,7 @@ def _check_distributed(config: Config) -> None:
 def validate_config(config: Config) -> None:
     """ValueError naming the first key whose value is out of range or not a known name.
 
-    Cheap: imports nothing heavy beyond the model modules, reads no data, writes nothing.
+    Cheap: imports no torch (unless ``device`` names an unusual device), reads no data, writes nothing.
     """
     _check_data(config)
     _one_of("task.level", config.task.level, TASKS)

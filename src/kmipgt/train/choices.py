@@ -1,0 +1,20 @@
+"""The names a config's ``task``, ``optim`` and ``model.kind`` choose among, without importing torch.
+
+A config is checked against these before torch loads; the modules that act on the names import them from
+here.
+"""
+
+from __future__ import annotations
+
+from kmipgt.nn.choices import BASELINE_KINDS
+
+__all__ = ["LOSSES", "METRICS", "MODEL_KINDS", "PRECISIONS", "SHAPE_METRICS"]
+
+LOSSES = ("cross_entropy", "bce", "l1")
+# Scores over shapes: the mean IoU per shape (instance average) or per category (class average).
+SHAPE_METRICS = ("instance_miou", "class_miou")
+# The shape metrics need the shapes of a split: the node-batch task scores them (Task.score).
+METRICS = ("accuracy", "macro_f1", "miou", "ap", "roc_auc", "mae", *SHAPE_METRICS)
+PRECISIONS = ("fp32", "bf16")
+# ``model.kind``: the GPS graph transformer or one of the PyG baselines.
+MODEL_KINDS = ("gps", *BASELINE_KINDS)
