@@ -20,6 +20,8 @@ from kmipgt.grf import (
     pattern_masked_attention,
     sample_walks,
 )
+from kmipgt.ops.ragged import RaggedLayout
+from sync_detector import HostSyncs
 
 HEADS, DIM, DIM_V = 2, 4, 3
 
@@ -311,3 +313,38 @@ def test_favor_linear_attention_is_per_graph_when_one_graph_scores_far_below_ano
             query[lo:hi], key[lo:hi], value[lo:hi], feature_map="favor+", projection=projection
         )
         torch.testing.assert_close(batched[lo:hi], alone)
+
+
+def _favor_inputs(num_nodes: int):
+    gen = torch.Generator().manual_seed(1)
+    projection = orthogonal_random_features(16, DIM, generator=gen, dtype=torch.float64)
+    tokens = (torch.randn(num_nodes, HEADS, d, generator=gen, dtype=torch.float64) for d in (DIM, DIM, DIM_V))
+    return (*tokens, projection)
+
+
+def test_linear_attention_with_the_batch_layout_reads_nothing_back_and_matches_each_graph_alone():
+    ptr = torch.tensor([0, 5, 5, 12, 15, 15])  # empty graphs inside and at the end
+    query, key, value, projection = _favor_inputs(15)
+    batch = torch.repeat_interleave(torch.arange(5), ptr.diff())
+    layout = RaggedLayout(ptr)
+    with HostSyncs([query, key, value, projection, batch]) as syncs:
+        out = linear_attention(query, key, value, feature_map="favor+", projection=projection, layout=layout)
+    assert syncs.syncs == []
+    torch.testing.assert_close(
+        out, linear_attention(query, key, value, feature_map="favor+", projection=projection, batch=batch),
+        rtol=0, atol=0,
+    )
+    for lo, hi in ((0, 5), (5, 12), (12, 15)):
+        alone = linear_attention(
+            query[lo:hi], key[lo:hi], value[lo:hi], feature_map="favor+", projection=projection
+        )
+        torch.testing.assert_close(out[lo:hi], alone)
+
+
+def test_linear_attention_takes_a_layout_of_its_inputs_only():
+    query, key, value, _ = _favor_inputs(6)
+    ptr = torch.tensor([0, 6])
+    with pytest.raises(ValueError, match="either `layout` or `ptr`/`batch`"):
+        linear_attention(query, key, value, layout=RaggedLayout(ptr), ptr=ptr)
+    with pytest.raises(ValueError, match="`layout` holds 5 nodes on cpu, the inputs 6 on cpu"):
+        linear_attention(query, key, value, layout=RaggedLayout(torch.tensor([0, 5])))

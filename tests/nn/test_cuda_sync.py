@@ -1,4 +1,5 @@
-"""On CUDA, attention layers never wait for the device: the batch's layout is built once on the host.
+"""On CUDA, attention layers, the whole model and its training step never wait for the device: the batch's
+layout is built once on the host and its edges are checked there.
 
 A host sync (``.item()``, a blocking copy, ``nonzero``) stalls the CPU until the GPU catches up; with
 many small graphs per batch the launches then no longer overlap the arithmetic. Under
@@ -13,6 +14,12 @@ import torch
 from kmipgt.nn.attention import build_global_attention
 from kmipgt.nn.gps_layer import GPSLayer
 from kmipgt.ops.ragged import RaggedLayout, attach_layout
+from kmipgt.train import load_config
+from kmipgt.train.datasets import prepare_data
+from kmipgt.train.loop import Trainer
+from kmipgt.train.losses import compute_loss
+from kmipgt.train.stand_in import stand_in_data
+from kmipgt.train.task import Step, forward
 
 pytestmark = pytest.mark.cuda
 
@@ -74,3 +81,41 @@ def test_gps_layer_forward_and_backward_never_sync(kind):
 
     _without_syncs(run)
     assert x.grad is not None and bool(torch.isfinite(x.grad).all())
+
+
+# The attention kinds whose training step tests/train/test_step_syncs.py checks on CPU.
+STEP_KINDS = ["kmip", "full", "none", "performer"]
+
+
+def _peptides_steps(tmp_path, attention: str) -> tuple[Trainer, Step]:
+    """The shipped Peptides-func model on CUDA, after one warm-up step, and a further training step: a new
+    batch of 8 stand-in molecules moved as the training loop moves it (its layout and tables are new)."""
+    options = [f"out_dir={tmp_path}", "device=cuda", "data.batch_size=8", f"model.attention={attention}"]
+    config = load_config("peptides_func", options)
+    trainer = Trainer(config, data=prepare_data(config, raw=stand_in_data(config, 16)))
+    warm_up, step = list(trainer.task.train_steps(trainer.device))
+    trainer.train_step(warm_up)  # kernels compile, the optimiser's state is created
+    return trainer, step
+
+
+@pytest.mark.parametrize("attention", STEP_KINDS)
+def test_graph_transformer_forward_and_backward_never_sync(tmp_path, attention):
+    trainer, step = _peptides_steps(tmp_path, attention)
+    trainer.optimizer.zero_grad()
+
+    def run():
+        output = forward(trainer.model, step.batch)
+        compute_loss(trainer.config.task.loss, output, step.batch.y).backward()
+
+    _without_syncs(run)
+    grads = [p.grad for p in trainer.model.parameters() if p.grad is not None]
+    assert grads and all(bool(torch.isfinite(grad).all()) for grad in grads)
+
+
+@pytest.mark.parametrize("attention", STEP_KINDS)
+def test_training_step_never_syncs(tmp_path, attention):
+    trainer, step = _peptides_steps(tmp_path, attention)
+    result = []
+    _without_syncs(lambda: result.append(trainer.train_step(step)))
+    (total, count), = result
+    assert count == 8 and bool(torch.isfinite(total))

@@ -5,10 +5,12 @@ import torch
 from torch_geometric.data import Batch, Data
 from torch_geometric.loader import DataLoader
 
+from kmipgt.nn.model import check_node_pairs
 from kmipgt.train import Trainer, load_config
 from kmipgt.train.datasets import PreparedData
 from kmipgt.train.resident import ResidentGraphs
 from kmipgt.train.task import make_task
+from sync_detector import HostSyncs
 from tiny_runs import sign_graphs
 
 KEYS = ("x", "edge_index", "edge_attr", "batch", "ptr", "y")
@@ -51,11 +53,24 @@ def test_bad_input_names_the_problem():
         ResidentGraphs([], "cpu")
     with pytest.raises(ValueError, match="'name' is not a tensor"):
         ResidentGraphs([Data(x=torch.ones(2, 1), name="a")], "cpu")
+    chain = torch.tensor([[0, 1], [1, 2]])
+    outside = torch.tensor([[0, 1], [1, 3]])  # node 3 is graph 2's first node in a collated batch
+    graphs = [Data(x=torch.randn(3, 1), edge_index=edges) for edges in (chain, outside, chain)]
+    match = r"graph 1's edge_index must hold node ids in \[0, 3\) for 3 nodes, got ids in \[0, 3\]"
+    with pytest.raises(ValueError, match=match):
+        ResidentGraphs(graphs, "cpu")
     resident = ResidentGraphs(_graphs(3), "cpu")
     with pytest.raises(ValueError, match=r"graph indices in \[0, 3\)"):
         resident.batch(torch.tensor([0, 3]))
     with pytest.raises(ValueError, match="non-empty 1-D"):
         resident.batch(torch.tensor([], dtype=torch.long))
+
+
+def test_the_model_does_not_read_the_edges_of_a_cut_back():
+    cut = ResidentGraphs(_graphs(), "cpu").batch(torch.tensor([3, 0, 10]))
+    with HostSyncs() as syncs:
+        check_node_pairs("edge_index", cut.edge_index, cut.num_nodes)
+    assert syncs.syncs == []
 
 
 def _data(num_graphs=23) -> PreparedData:

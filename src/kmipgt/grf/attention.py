@@ -23,7 +23,7 @@ from kmipgt.grf.edge_sums import FUSED_FEATURE_MAPS, normalised_kernel_attention
 from kmipgt.grf.feature_maps import FEATURE_MAPS, apply_feature_map
 from kmipgt.grf.features import GRFMaskPattern, feature_values, grf_mask_values
 from kmipgt.grf.sparse import CSRPattern, sampled_dot, sparse_dense_matmul
-from kmipgt.ops.ragged import graph_ptr
+from kmipgt.ops.ragged import RaggedLayout, same_device
 
 __all__ = [
     "asymmetric_masked_attention", "block_mask", "linear_attention", "masked_linear_attention",
@@ -62,10 +62,23 @@ def _check_features(features: Tensor, num_nodes: int, heads: int) -> Tensor:
     return features if features.is_coalesced() else features.coalesce()
 
 
-def _graph_index(num_nodes: int, ptr: Tensor | None, batch: Tensor | None, device: torch.device) -> Tensor:
-    """``[N]`` graph id per node from ``ptr`` ``[G + 1]`` or sorted ``batch`` ``[N]`` (neither: one graph)."""
-    counts = graph_ptr(num_nodes, ptr=ptr, batch=batch).diff()
-    return torch.repeat_interleave(torch.arange(counts.numel()), counts).to(device)
+def _graphs(
+    num_nodes: int, ptr: Tensor | None, batch: Tensor | None, device: torch.device,
+    layout: RaggedLayout | None = None,
+) -> tuple[Tensor, int]:
+    """``[N]`` graph id per node on ``device`` and the number of graphs up to the last node's (1 without
+    nodes), from ``layout`` or else ``ptr`` ``[G + 1]`` or sorted ``batch`` ``[N]`` (neither: one graph).
+    A layout's host offsets give the count without reading the ids back from the device."""
+    if layout is None:
+        layout = RaggedLayout.from_ptr(num_nodes, device, ptr=ptr, batch=batch)
+    elif ptr is not None or batch is not None:
+        raise ValueError("pass either `layout` or `ptr`/`batch`, not both")
+    elif not same_device(layout.device, device) or layout.num_nodes != num_nodes:
+        raise ValueError(
+            f"`layout` holds {layout.num_nodes} nodes on {layout.device}, the inputs {num_nodes} on {device}"
+        )
+    count = int((layout.ptr[:-1] < num_nodes).sum())
+    return layout.node_graph_position()[0], max(count, 1)
 
 
 def _head_major_features(
@@ -95,9 +108,12 @@ def _head_major(x: Tensor) -> Tensor:
     return x.transpose(0, 1).contiguous()
 
 
-def _global_term(phi_q: Tensor, phi_k: Tensor, value1: Tensor, graph: Tensor, outer: Tensor | None) -> Tensor:
-    """``[H, N, e]``: ``φ(q_i)ᵀ Σ_{j in graph(i)} φ(k_j) v1_jᵀ`` (head-major inputs ``[H, N, *]``)."""
-    num_graphs = int(graph[-1]) + 1 if graph.numel() else 1
+def _global_term(
+    phi_q: Tensor, phi_k: Tensor, value1: Tensor, graphs: tuple[Tensor, int], outer: Tensor | None
+) -> Tensor:
+    """``[H, N, e]``: ``φ(q_i)ᵀ Σ_{j in graph(i)} φ(k_j) v1_jᵀ`` (head-major inputs ``[H, N, *]``;
+    ``graphs`` as :func:`_graphs` gives them)."""
+    graph, num_graphs = graphs
     if num_graphs == 1:
         summary = torch.bmm(phi_k.transpose(1, 2), value1)
         return torch.bmm(phi_q, summary)
@@ -135,13 +151,14 @@ def _normalise(out: Tensor, eps: float) -> Tensor:
 
 
 def _normalise_with_global(
-    out: Tensor, global_weight: float, phi_q: Tensor, phi_k: Tensor, value1: Tensor, graph: Tensor | None,
+    out: Tensor, global_weight: float, phi_q: Tensor, phi_k: Tensor, value1: Tensor,
+    graphs: tuple[Tensor, int] | None,
     outer: Tensor | None, eps: float,
 ) -> Tensor:
-    """:func:`_normalise` of the masked sums ``out`` plus ``global_weight ·`` :func:`_global_term` (``graph``
+    """:func:`_normalise` of the masked sums ``out`` plus ``global_weight ·`` :func:`_global_term` (``graphs``
     is needed only when ``global_weight > 0``)."""
     if global_weight > 0:
-        out = out + global_weight * _global_term(phi_q, phi_k, value1, graph, outer)
+        out = out + global_weight * _global_term(phi_q, phi_k, value1, graphs, outer)
     return _normalise(out, eps)
 
 
@@ -199,8 +216,8 @@ def masked_linear_attention(
     inner = sparse_dense_matmul(indices, values, flat, transpose=True)
     mixed = sparse_dense_matmul(indices, values, inner).view(heads * n, m, e)
     out = torch.bmm(phi_q.reshape(heads * n, 1, m), mixed).view(heads, n, e)
-    graph = _graph_index(n, ptr, batch, query.device) if global_weight > 0 else None
-    return _normalise_with_global(out, global_weight, phi_q, phi_k, value1, graph, outer, eps)
+    graphs = _graphs(n, ptr, batch, query.device) if global_weight > 0 else None
+    return _normalise_with_global(out, global_weight, phi_q, phi_k, value1, graphs, outer, eps)
 
 
 def pattern_masked_attention(
@@ -242,10 +259,10 @@ def pattern_masked_attention(
         raise ValueError(f"`feature_map` must be one of {FEATURE_MAPS}, got {feature_map!r}")
     if global_weight < 0:
         raise ValueError(f"`global_weight` must be non-negative, got {global_weight}")
-    graph = _graph_index(n, ptr, batch, query.device) if global_weight > 0 else None
+    graphs = _graphs(n, ptr, batch, query.device) if global_weight > 0 else None
     block, weights = block_mask(values, mask_pattern, heads)
     return _edge_list_attention(
-        query, key, value, block, weights, feature_map, projection, None, global_weight, graph, eps,
+        query, key, value, block, weights, feature_map, projection, None, global_weight, graphs, eps,
         chunk_rows,
     )
 
@@ -261,18 +278,21 @@ def block_mask(feature_values: Tensor, mask_pattern: GRFMaskPattern, heads: int)
 def linear_attention(
     query: Tensor, key: Tensor, value: Tensor, *, feature_map: str = "relu", projection: Tensor | None = None,
     ptr: Tensor | None = None, batch: Tensor | None = None, eps: float = 1e-6,
+    layout: RaggedLayout | None = None,
 ) -> Tensor:
     """Unmasked linear attention within each graph: ``φ(q_i)ᵀ Σ_j φ(k_j)v_jᵀ / φ(q_i)ᵀ Σ_j φ(k_j)``.
 
-    Shapes as :func:`masked_linear_attention`; the baseline GRF masking is compared against.
+    Shapes as :func:`masked_linear_attention`; the baseline GRF masking is compared against. ``layout``:
+    the batch's :class:`~kmipgt.ops.ragged.RaggedLayout` in place of ``ptr``/``batch``
+    (:func:`~kmipgt.ops.ragged.layout_of`), so that nothing is read back from the device.
     """
     _check_qkv(query, key, value)
-    graph = _graph_index(query.shape[0], ptr, batch, query.device)
+    graphs = _graphs(query.shape[0], ptr, batch, query.device, layout)
     phi_q = _head_major(apply_feature_map(query, feature_map, projection=projection, is_query=True))
-    phi_k = apply_feature_map(key, feature_map, projection=projection, is_query=False, graph=graph)
+    phi_k = apply_feature_map(key, feature_map, projection=projection, is_query=False, graph=graphs[0])
     phi_k = _head_major(phi_k)
     value1 = _head_major(F.pad(value, (0, 1), value=1.0))
-    return _normalise(_global_term(phi_q, phi_k, value1, graph, None), eps)
+    return _normalise(_global_term(phi_q, phi_k, value1, graphs, None), eps)
 
 
 def _edge_list_attention(
@@ -285,7 +305,7 @@ def _edge_list_attention(
     projection: Tensor | None,
     scale: float | None,
     global_weight: float,
-    graph: Tensor | None,
+    graphs: tuple[Tensor, int] | None,
     eps: float,
     chunk_rows: int | None,
 ) -> Tensor:
@@ -313,7 +333,7 @@ def _edge_list_attention(
         row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
         out = sparse_dense_matmul(indices, torch.exp(logits - row_max[row]), flat_value1).view(heads, n, -1)
         return (out[..., :-1] / out[..., -1:].clamp_min(tiny)).transpose(0, 1)
-    phi_k = _head_major_features(key, score, projection, False, graph)
+    phi_k = _head_major_features(key, score, projection, False, None if graphs is None else graphs[0])
     if global_weight == 0 and score in FUSED_FEATURE_MAPS:
         phi_k = phi_k.view(heads * n, -1)
         return normalised_kernel_attention(
@@ -324,7 +344,7 @@ def _edge_list_attention(
         indices, weights, phi_q.view(heads * n, -1), phi_k.view(heads * n, -1), flat_value1,
         chunk_rows=chunk_rows,
     ).view(heads, n, -1)
-    return _normalise_with_global(out, global_weight, phi_q, phi_k, value1, graph, None, eps)
+    return _normalise_with_global(out, global_weight, phi_q, phi_k, value1, graphs, None, eps)
 
 
 def asymmetric_masked_attention(
@@ -365,8 +385,8 @@ def asymmetric_masked_attention(
         raise ValueError(f"`global_weight` must be non-negative, got {global_weight}")
     if score == "softmax" and global_weight > 0:
         raise ValueError("`global_weight > 0` needs a feature-map `score`; with softmax it is full attention")
-    graph = _graph_index(n, ptr, batch, query.device) if global_weight > 0 else None
+    graphs = _graphs(n, ptr, batch, query.device) if global_weight > 0 else None
     block, weights = _block_diagonal(features, heads, n)
     return _edge_list_attention(
-        query, key, value, block, weights, score, projection, scale, global_weight, graph, eps, chunk_rows
+        query, key, value, block, weights, score, projection, scale, global_weight, graphs, eps, chunk_rows
     )

@@ -86,8 +86,8 @@ def _key_shift(logits: Tensor, graph: Tensor | None) -> Tensor:
     per_row = logits.amax(-1)
     if graph is None:
         return per_row.amax(0, keepdim=True).unsqueeze(-1)
-    num_graphs = int(graph.max()) + 1 if graph.numel() else 1
+    # One row per node, at least one per graph: the graph count is not read back from the device.
     index = graph.unsqueeze(-1).expand_as(per_row)
-    shift = per_row.new_full((num_graphs, per_row.shape[1]), float("-inf"))
+    shift = per_row.new_full(per_row.shape, float("-inf"))
     shift = shift.scatter_reduce(0, index, per_row, reduce="amax")
     return shift[graph].unsqueeze(-1)

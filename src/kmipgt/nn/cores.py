@@ -245,8 +245,9 @@ class PerformerCore(AttentionCore):
         self, query: Tensor, key: Tensor, value: Tensor, edge_index: Tensor | None = None,
         batch: Tensor | None = None,
     ) -> Tensor:
+        layout = layout_of(query.shape[0], query.device, batch)
         out = linear_attention(
-            query, key, value, feature_map="favor+", projection=self.projection, batch=batch
+            query, key, value, feature_map="favor+", projection=self.projection, layout=layout
         )
         return F.dropout(out, self.dropout, self.training)
 

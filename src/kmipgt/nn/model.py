@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import Tensor
+from torch.utils.weak import WeakTensorKeyDictionary
 from torch_geometric.nn import global_add_pool, global_mean_pool
 
 from kmipgt.nn.attention_kinds import ATTENTION_KINDS, NO_ATTENTION
@@ -51,18 +52,41 @@ def check_task(task: str, pooling: str) -> None:
         raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
 
 
+# Node-id tensors whose ids were checked before they were copied to the device (weakly, as batch layouts
+# are remembered): check_node_pairs need not read them back from there.
+_CHECKED_BEFORE_COPY: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
+
+
+def _version(pairs: Tensor) -> int | None:
+    return None if pairs.is_inference() else pairs._version
+
+
+def mark_node_pairs_checked(pairs: Tensor, num_nodes: int) -> None:
+    """Remember that the ids of ``pairs`` lie in ``[0, num_nodes)``, as :func:`check_node_pairs` found on
+    their host copy before the copy to the device, so that it does not read them back from the device
+    (a host sync on CUDA) to check them again. Forgotten when ``pairs`` changes in place."""
+    _CHECKED_BEFORE_COPY[pairs] = (_version(pairs), num_nodes)
+
+
+def _checked_before_copy(pairs: Tensor, num_nodes: int) -> bool:
+    remembered = _CHECKED_BEFORE_COPY.get(pairs)
+    return remembered is not None and remembered[0] == _version(pairs) and remembered[1] <= num_nodes
+
+
 def check_node_pairs(name: str, pairs: Tensor, num_nodes: int) -> None:
     """ValueError unless ``pairs`` is a ``[2, E]`` integer tensor of node ids in ``[0, num_nodes)``.
 
     Indexing would wrap a negative id around to the last nodes silently, and an id ``>= N`` fails deep
-    inside a scatter with a message that names neither the tensor nor the node count.
+    inside a scatter with a message that names neither the tensor nor the node count. Reading the ids on a
+    device waits for it; ids checked on the host before their copy there
+    (:func:`mark_node_pairs_checked`, as the training loop's batches are) are not read again.
     """
     if not isinstance(pairs, Tensor) or pairs.dim() != 2 or pairs.shape[0] != 2:
         shape = tuple(pairs.shape) if isinstance(pairs, Tensor) else type(pairs).__name__
         raise ValueError(f"{name} must be a [2, E] tensor of node ids, got {shape}")
     if pairs.dtype.is_floating_point or pairs.dtype == torch.bool:
         raise TypeError(f"{name} must hold integer node ids, got dtype {pairs.dtype}")
-    if pairs.numel() == 0:
+    if pairs.numel() == 0 or _checked_before_copy(pairs, num_nodes):
         return
     low, high = (int(v) for v in torch.aminmax(pairs))
     if low < 0 or high >= num_nodes:

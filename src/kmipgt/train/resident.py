@@ -15,9 +15,28 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Batch, Data
 
+from kmipgt.nn.model import mark_node_pairs_checked
 from kmipgt.ops.ragged import RaggedLayout, attach_layout
 
 __all__ = ["ResidentGraphs"]
+
+
+def _check_own_nodes(full: Batch) -> None:
+    """ValueError unless each graph's ``edge_index`` of the collated ``full`` holds ids of its own nodes (then
+    so does every batch cut from it, and the model need not read the cut's ids back from the device)."""
+    edge_index, ptr = full.edge_index.cpu(), full.ptr.cpu()
+    counts = full._slice_dict["edge_index"].diff()
+    graph = torch.repeat_interleave(torch.arange(counts.numel()), counts, output_size=edge_index.shape[1])
+    first = ptr[graph]
+    outside = ((edge_index < first) | (edge_index >= ptr[graph + 1])).any(0)
+    if bool(outside.any()):
+        bad = int(graph[outside][0])
+        ids = edge_index[:, graph == bad] - ptr[bad]
+        nodes = int(ptr[bad + 1] - ptr[bad])
+        raise ValueError(
+            f"graph {bad}'s edge_index must hold node ids in [0, {nodes}) for {nodes} nodes, got ids in "
+            f"[{int(ids.min())}, {int(ids.max())}]"
+        )
 
 
 @dataclass
@@ -63,6 +82,9 @@ class ResidentGraphs:
                 self._node_indices.add(key)
         self.num_graphs = len(graphs)
         self._base_class = type(graphs[0])
+        self._edges_checked = isinstance(getattr(full, "edge_index", None), Tensor)
+        if self._edges_checked:
+            _check_own_nodes(full)
         self.full = full.to(self.device)
 
     def _group_of(self, slices: Tensor) -> _Group:
@@ -121,6 +143,8 @@ class ResidentGraphs:
         out.batch = torch.repeat_interleave(graph_ids, moved[1], output_size=int(slices[0][-1]))
         out.ptr = moved[-2]
         attach_layout(out.batch, RaggedLayout(slices[0], self.device))
+        if self._edges_checked:
+            mark_node_pairs_checked(out.edge_index, int(slices[0][-1]))
         out._slice_dict = {key: out_slices[key] for key in self._keys}
         out._inc_dict = {key: out_increments[key] for key in self._keys}
         out._num_graphs = size

@@ -24,6 +24,7 @@ from torch_geometric.utils import negative_sampling
 from kmipgt.distributed.collect import gather_rows
 from kmipgt.distributed.launch import Ranks
 from kmipgt.distributed.sampling import GeneratorDistributedSampler, evaluation_share, rank_batch_size
+from kmipgt.nn.model import check_node_pairs, mark_node_pairs_checked
 from kmipgt.ops.ragged import RaggedLayout, attach_layout
 from kmipgt.train.config import Config
 from kmipgt.train.datasets import SPLITS, PreparedData, label_columns, node_coords
@@ -67,12 +68,19 @@ def forward(model: torch.nn.Module, batch: Data) -> torch.Tensor:
 def batch_to_device(batch: Data, device: torch.device) -> Data:
     """``batch`` on ``device``; a mini-batch of graphs takes along its layout, built from the loader's CPU
     ``ptr``, so that no attention layer reads the graph offsets back from the device
-    (:func:`kmipgt.ops.ragged.attach_layout`)."""
+    (:func:`kmipgt.ops.ragged.attach_layout`), and host edges are checked here, so that the model does not
+    read them back to check them (:func:`kmipgt.nn.model.mark_node_pairs_checked`)."""
     ptr = getattr(batch, "ptr", None)
     layout = None if ptr is None else RaggedLayout.from_ptr(batch.num_nodes, device, ptr=ptr)
+    edge_index = getattr(batch, "edge_index", None)
+    on_host = isinstance(edge_index, torch.Tensor) and edge_index.device.type == "cpu"
+    if on_host:
+        check_node_pairs("edge_index", edge_index, batch.num_nodes)
     moved = batch.to(device, non_blocking=True)
     if layout is not None:
         attach_layout(moved.batch, layout)
+    if on_host:
+        mark_node_pairs_checked(moved.edge_index, batch.num_nodes)
     return moved
 
 
