@@ -26,10 +26,15 @@ lint: setup
 	$(VENV)/bin/ruff check .
 
 # On a CUDA machine (torch with CUDA installed first): the CUDA tests, then the small-graph benchmarks
-# docs/benchmarks.md records, their JSON under bench-out/gpu.
+# docs/benchmarks.md records, their JSON under bench-out/gpu. With PEPTIDES_ROOT=<local LRGB copy>, also
+# two real Peptides-func epochs of the shipped recipe and of its `attention: none` ablation.
 gpu-check: setup
 	$(PY) -m pytest -q -m cuda
 	$(VENV)/bin/kmipgt bench ragged --device cuda --out bench-out/gpu/ragged
 	$(VENV)/bin/kmipgt bench step --config peptides_func --device cuda --out bench-out/gpu/step-kmip
 	$(VENV)/bin/kmipgt bench step --config peptides_func --device cuda --set model.attention=none \
 		--out bench-out/gpu/step-none
+	$(if $(PEPTIDES_ROOT),for attention in kmip none; do $(VENV)/bin/kmipgt train --config peptides_func \
+		--set data.options.root=$(PEPTIDES_ROOT) --set optim.epochs=2 --set device=cuda \
+		--set model.attention=$$attention --set out_dir=bench-out/gpu/epochs-$$attention --overwrite \
+		--no-progress || exit 1; done)

@@ -89,6 +89,25 @@ def test_a_config_error_comes_before_torch_is_imported(override, message):
     assert message in done.stderr
 
 
+@pytest.mark.parametrize("command", [
+    ["bench", "step", "--config", "peptides_func"],
+    ["bench", "memory", "--config", "minnesota"],
+    ["analysis", "probe", "--config", "minnesota"],
+    ["eval", "RUN"],
+    ["sweep", "sweeps/influence_of_k"],
+])
+def test_every_command_that_reads_a_config_reports_its_errors_before_torch(command, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(kmipgt.configs.config_path("minnesota").read_text())
+    command = [str(run) if word == "RUN" else word for word in command]
+    done = _in_a_fresh_interpreter(
+        f"from kmipgt.cli import main; assert main({[*command, '--set', 'model.heads=0']!r}) == 2"
+    )
+    assert done.returncode == 0, done.stderr
+    assert "config key 'model.heads' must be >= 1, got 0" in done.stderr
+
+
 def test_checking_a_good_config_imports_no_torch():
     done = _in_a_fresh_interpreter(
         "from kmipgt.cli.runs import load_config; load_config('peptides_func', ['device=cuda:1'])"

@@ -341,6 +341,18 @@ def test_linear_attention_with_the_batch_layout_reads_nothing_back_and_matches_e
         torch.testing.assert_close(out[lo:hi], alone)
 
 
+@pytest.mark.parametrize("given", ["layout", "batch"])
+def test_favor_keys_of_a_batch_with_more_empty_graphs_than_nodes(given):
+    # Graph ids run past the node count: the per-graph key shift has a row per graph, not per node.
+    ptr = torch.tensor([0, 0, 0, 0, 2])
+    query, key, value, projection = _favor_inputs(2)
+    ragged = {"layout": RaggedLayout(ptr)} if given == "layout" else {"batch": torch.tensor([3, 3])}
+    out = linear_attention(query, key, value, feature_map="favor+", projection=projection, **ragged)
+    torch.testing.assert_close(
+        out, linear_attention(query, key, value, feature_map="favor+", projection=projection)
+    )
+
+
 def test_linear_attention_takes_a_layout_of_its_inputs_only():
     query, key, value, _ = _favor_inputs(6)
     ptr = torch.tensor([0, 6])

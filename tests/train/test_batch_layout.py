@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch_geometric.data import Batch, Data
 
-from kmipgt.nn.model import check_node_pairs
+from kmipgt.nn.model import check_node_pairs, mark_node_pairs_checked
 from kmipgt.ops.ragged import layout_of
 from kmipgt.train.task import batch_to_device
 from sync_detector import HostSyncs
@@ -54,3 +54,12 @@ def test_the_model_does_not_read_moved_edges_again_until_they_change():
     moved.edge_index[0, 0] = -1
     with pytest.raises(ValueError, match=r"got ids in \[-1, 11\]"):
         check_node_pairs("edge_index", moved.edge_index, 12)
+
+
+def test_an_inference_tensor_is_checked_every_time():
+    with torch.inference_mode():
+        edges = torch.tensor([[0, 1], [1, 2]])
+        mark_node_pairs_checked(edges, 3)
+        edges[0, 0] = 7  # inference tensors count no changes, so a mark could not be trusted
+    with pytest.raises(ValueError, match=r"got ids in \[1, 7\]"):
+        check_node_pairs("edge_index", edges, 3)

@@ -1,4 +1,5 @@
-"""A training step of the shipped Peptides-func model never waits for the device, checked on CPU.
+"""A training step of the shipped Peptides-func model (and of the point-cloud recipe) never waits for the
+device, checked on CPU.
 
 On CUDA a host sync stalls the host until the device has caught up; with batches of about 200 small molecules
 the launches then no longer overlap the arithmetic. :class:`sync_detector.HostSyncs` records, without a GPU,
@@ -31,9 +32,9 @@ def _keep_thread_count():
     torch.set_num_threads(threads)
 
 
-def _trainer(tmp_path, *overrides: str) -> Trainer:
+def _trainer(tmp_path, *overrides: str, name: str) -> Trainer:
     options = [f"out_dir={tmp_path}", f"data.batch_size={GRAPHS}", "threads=1", *overrides]
-    config = load_config("peptides_func", options)
+    config = load_config(name, options)
     return Trainer(config, data=prepare_data(config, raw=stand_in_data(config, GRAPHS)))
 
 
@@ -46,17 +47,19 @@ def _on_device(trainer: Trainer, batch) -> list[torch.Tensor]:
 
 
 @pytest.mark.parametrize(
-    "overrides",
+    ("name", "overrides"),
     [
-        pytest.param([], id="kmip"),
-        pytest.param(["model.attention=full"], id="full"),
-        pytest.param(["model.attention=none"], id="none"),
-        pytest.param(["model.attention=performer"], id="performer"),
-        pytest.param(["data.on_device=true"], id="kmip-batches-cut-on-the-device"),
+        pytest.param("peptides_func", [], id="kmip"),
+        pytest.param("peptides_func", ["model.attention=full"], id="full"),
+        pytest.param("peptides_func", ["model.attention=none"], id="none"),
+        pytest.param("peptides_func", ["model.attention=performer"], id="performer"),
+        pytest.param("peptides_func", ["data.on_device=true"], id="kmip-batches-cut-on-the-device"),
+        # Point-cloud segmentation: a label for every node of every graph; generated shapes, no stand-in.
+        pytest.param("synthetic_parts", [f"data.options.num_shapes={GRAPHS}"], id="point-clouds"),
     ],
 )
-def test_a_training_step_never_waits_for_the_device(tmp_path, overrides):
-    trainer = _trainer(tmp_path, *overrides)
+def test_a_training_step_never_waits_for_the_device(tmp_path, name, overrides):
+    trainer = _trainer(tmp_path, *overrides, name=name)
     step = next(iter(trainer.task.train_steps(trainer.device)))
     with HostSyncs(_on_device(trainer, step.batch)) as syncs:
         total, count = trainer.train_step(step)
@@ -65,4 +68,5 @@ def test_a_training_step_never_waits_for_the_device(tmp_path, overrides):
     assert in_step == [], "host syncs in the training step:\n" + "\n".join(map(str, in_step))
     # The detector followed the step's values to its output: reading the loss is its one sync.
     assert [sync.op for sync in syncs.syncs] == ["aten._local_scalar_dense.default"]
-    assert count == GRAPHS and math.isfinite(loss)
+    # The loss averages over graphs (Peptides-func) or over every point of the batch (segmentation).
+    assert count == (GRAPHS if name == "peptides_func" else step.batch.num_nodes) and math.isfinite(loss)

@@ -184,10 +184,11 @@ def _bench_approx(args: argparse.Namespace) -> int:
 
 
 def _bench_memory(args: argparse.Namespace) -> int:
+    config = load_config(args.config, args.overrides)
     from kmipgt.train.memory import memory_breakdown
     from kmipgt.train.report import write_json
 
-    result = memory_breakdown(load_config(args.config, args.overrides))
+    result = memory_breakdown(config)
     for view in ("state_mib", "saved_mib"):
         for name, mib in result[view].items():
             print(f"{view[:-4]:>6}  {name:<48} {mib:10.1f} MiB")
@@ -200,13 +201,14 @@ def _bench_memory(args: argparse.Namespace) -> int:
 
 
 def _bench_step(args: argparse.Namespace) -> int:
-    from kmipgt.bench.common import write_json
-    from kmipgt.train.step_time import markdown_table, step_breakdown
-
     settings = [*args.overrides, f"threads={args.threads}"]
     if args.device is not None:
         settings.append(f"device={args.device}")
-    result = step_breakdown(load_config(args.config, settings), steps=args.steps, warmup=args.warmup)
+    config = load_config(args.config, settings)
+    from kmipgt.bench.common import write_json
+    from kmipgt.train.step_time import markdown_table, step_breakdown
+
+    result = step_breakdown(config, steps=args.steps, warmup=args.warmup)
     result = {"config": args.config, "overrides": args.overrides, **result}
     table = markdown_table(result)
     batch = result["batch"]

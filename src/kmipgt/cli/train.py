@@ -59,9 +59,9 @@ def _interrupted(config, args: argparse.Namespace) -> str:
 
 
 def _eval(args: argparse.Namespace) -> int:
+    use_run_allocator(args.run_dir, args.overrides)
     from kmipgt.train import evaluate_run
 
-    use_run_allocator(args.run_dir, args.overrides)
     metrics = evaluate_run(
         args.run_dir, args.checkpoint, args.overrides, save_tokens=args.save_tokens,
         trust_checkpoint=args.trust_checkpoint,

@@ -13,6 +13,7 @@ import torch.distributed as dist
 from kmipgt.distributed.choices import STRATEGIES
 
 __all__ = ["STRATEGIES", "Ranks", "current_ranks", "process_group", "rank_device"]
+
 # What torchrun sets for every process it starts (env:// rendezvous of init_process_group).
 _TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 

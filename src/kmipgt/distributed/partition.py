@@ -17,7 +17,6 @@ from kmipgt.distributed.choices import PARTITIONS
 __all__ = ["PARTITIONS", "block_offsets", "partition_order", "spatial_order"]
 
 
-
 def block_offsets(num_nodes: int, parts: int) -> list[int]:
     """``[P + 1]`` offsets of ``parts`` blocks whose sizes differ by at most one node."""
     return [rank * num_nodes // parts for rank in range(parts + 1)]

@@ -82,14 +82,18 @@ def _graphs(
 
 
 def _head_major_features(
-    x: Tensor, feature_map: str, projection: Tensor | None, is_query: bool, graph: Tensor | None = None
+    x: Tensor, feature_map: str, projection: Tensor | None, is_query: bool,
+    graphs: tuple[Tensor, int] | None = None,
 ) -> Tensor:
     """``φ(x)`` of ``[N, H, d]`` as contiguous ``[H, N, m]``. ReLU is applied in place on the head-major
     copy: one ``[H, N, d]`` allocation instead of two, each faulting in fresh pages at large N (elu + 1
     cannot: the in-place elu's backward needs its own output)."""
     if feature_map == "relu":
         return x.transpose(0, 1).clone(memory_format=torch.contiguous_format).relu_()
-    features = apply_feature_map(x, feature_map, projection=projection, is_query=is_query, graph=graph)
+    graph, num_graphs = (None, None) if graphs is None else graphs
+    features = apply_feature_map(
+        x, feature_map, projection=projection, is_query=is_query, graph=graph, num_graphs=num_graphs
+    )
     return _head_major(features)
 
 
@@ -289,7 +293,9 @@ def linear_attention(
     _check_qkv(query, key, value)
     graphs = _graphs(query.shape[0], ptr, batch, query.device, layout)
     phi_q = _head_major(apply_feature_map(query, feature_map, projection=projection, is_query=True))
-    phi_k = apply_feature_map(key, feature_map, projection=projection, is_query=False, graph=graphs[0])
+    phi_k = apply_feature_map(
+        key, feature_map, projection=projection, is_query=False, graph=graphs[0], num_graphs=graphs[1]
+    )
     phi_k = _head_major(phi_k)
     value1 = _head_major(F.pad(value, (0, 1), value=1.0))
     return _normalise(_global_term(phi_q, phi_k, value1, graphs, None), eps)
@@ -333,7 +339,7 @@ def _edge_list_attention(
         row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
         out = sparse_dense_matmul(indices, torch.exp(logits - row_max[row]), flat_value1).view(heads, n, -1)
         return (out[..., :-1] / out[..., -1:].clamp_min(tiny)).transpose(0, 1)
-    phi_k = _head_major_features(key, score, projection, False, None if graphs is None else graphs[0])
+    phi_k = _head_major_features(key, score, projection, False, graphs)
     if global_weight == 0 and score in FUSED_FEATURE_MAPS:
         phi_k = phi_k.view(heads * n, -1)
         return normalised_kernel_attention(

@@ -46,6 +46,7 @@ def apply_feature_map(
     projection: Tensor | None = None,
     is_query: bool = True,
     graph: Tensor | None = None,
+    num_graphs: int | None = None,
 ) -> Tensor:
     """Map queries or keys ``x`` ``[N, H, d]`` to non-negative features ``[N, H, m]``.
 
@@ -54,7 +55,8 @@ def apply_feature_map(
     - ``favor+``: ``exp(ωᵀx' − ‖x'‖²/2) / √m`` with ``x' = x·d^{-1/4}`` and ``projection`` ω
       ``[m, d]`` (shared) or ``[H, m, d]``, so ``φ(q)ᵀφ(k)`` is unbiased for ``exp(qᵀk/√d)``. A max is
       subtracted in the exponent for stability: per row and head for queries, per graph and head for
-      keys (``graph``: ``[N]`` graph id of each row; None: one graph); both cancel in the attention ratio.
+      keys (``graph``: ``[N]`` graph id of each row; None: one graph; ``num_graphs``: more than the
+      largest id, read from ``graph`` when not given); both cancel in the attention ratio.
       Per graph, because one constant for a whole batch would underflow the keys of a graph whose
       logits lie far below another graph's.
     """
@@ -77,17 +79,18 @@ def apply_feature_map(
     else:
         logits = torch.einsum("nhd,hmd->nhm", x, projection)
     logits = logits - 0.5 * x.pow(2).sum(-1, keepdim=True)
-    shift = logits.amax(-1, keepdim=True) if is_query else _key_shift(logits, graph)
+    shift = logits.amax(-1, keepdim=True) if is_query else _key_shift(logits, graph, num_graphs)
     return torch.exp(logits - shift.detach()) / math.sqrt(projection.shape[-2])
 
 
-def _key_shift(logits: Tensor, graph: Tensor | None) -> Tensor:
+def _key_shift(logits: Tensor, graph: Tensor | None, num_graphs: int | None) -> Tensor:
     """``[N or 1, H, 1]``: the largest key logit of each graph and head."""
     per_row = logits.amax(-1)
     if graph is None:
         return per_row.amax(0, keepdim=True).unsqueeze(-1)
-    # One row per node, at least one per graph: the graph count is not read back from the device.
+    if num_graphs is None:  # read back from the device: callers that know the count pass it
+        num_graphs = int(graph.max()) + 1 if graph.numel() else 1
     index = graph.unsqueeze(-1).expand_as(per_row)
-    shift = per_row.new_full(per_row.shape, float("-inf"))
+    shift = per_row.new_full((num_graphs, per_row.shape[1]), float("-inf"))
     shift = shift.scatter_reduce(0, index, per_row, reduce="amax")
     return shift[graph].unsqueeze(-1)

@@ -57,20 +57,18 @@ def check_task(task: str, pooling: str) -> None:
 _CHECKED_BEFORE_COPY: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
 
 
-def _version(pairs: Tensor) -> int | None:
-    return None if pairs.is_inference() else pairs._version
-
-
 def mark_node_pairs_checked(pairs: Tensor, num_nodes: int) -> None:
     """Remember that the ids of ``pairs`` lie in ``[0, num_nodes)``, as :func:`check_node_pairs` found on
     their host copy before the copy to the device, so that it does not read them back from the device
-    (a host sync on CUDA) to check them again. Forgotten when ``pairs`` changes in place."""
-    _CHECKED_BEFORE_COPY[pairs] = (_version(pairs), num_nodes)
+    (a host sync on CUDA) to check them again. Forgotten when ``pairs`` changes in place; an inference
+    tensor, whose changes are not counted, is not remembered."""
+    if not pairs.is_inference():
+        _CHECKED_BEFORE_COPY[pairs] = (pairs._version, num_nodes)
 
 
 def _checked_before_copy(pairs: Tensor, num_nodes: int) -> bool:
     remembered = _CHECKED_BEFORE_COPY.get(pairs)
-    return remembered is not None and remembered[0] == _version(pairs) and remembered[1] <= num_nodes
+    return remembered is not None and remembered[0] == pairs._version and remembered[1] <= num_nodes
 
 
 def check_node_pairs(name: str, pairs: Tensor, num_nodes: int) -> None:

@@ -11,7 +11,7 @@ import torch
 
 from kmipgt.nn import GPSLayer, GraphTransformer
 from kmipgt.nn.baselines import KIND_ARGUMENTS, BaselineModel
-from kmipgt.train.choices import MODEL_KINDS
+from kmipgt.nn.choices import BASELINE_KINDS
 from kmipgt.train.config import Config, ModelConfig
 from kmipgt.train.datasets import PreparedData
 
@@ -72,7 +72,8 @@ def _build_baseline(config: Config, data: PreparedData) -> BaselineModel:
 
 
 # config ``model.kind`` -> builder of the model sized for the data
-MODEL_BUILDERS = {kind: _build_gps if kind == "gps" else _build_baseline for kind in MODEL_KINDS}
+# The keys are MODEL_KINDS of kmipgt.train.choices.
+MODEL_BUILDERS = {"gps": _build_gps, **dict.fromkeys(BASELINE_KINDS, _build_baseline)}
 
 
 def _log_ignored_model_keys(model: ModelConfig) -> None:

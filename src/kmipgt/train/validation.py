@@ -108,7 +108,7 @@ def _check_optim(config: Config) -> None:
 
 
 # Device strings accepted without asking torch, which would have to be imported.
-_COMMON_DEVICE = re.compile(r"auto|(cpu|cuda|mps)(:\d+)?")
+_COMMON_DEVICE = re.compile(r"auto|(cpu|cuda|mps)(:(0|[1-9]\d*))?")
 
 
 def _check_device(name: str) -> None:
