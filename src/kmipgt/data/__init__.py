@@ -2,8 +2,9 @@
 
 :func:`list_datasets` names the datasets that configs, ``kmipgt data`` and :func:`load_dataset` know.
 
-The names below are imported on first use (PEP 562), so that the registry (:mod:`kmipgt.data.registry`)
-loads without torch: a config's ``data.name`` is checked before torch is imported.
+The names below are imported on first use (:func:`kmipgt.lazy.lazy_package`), so that the registry
+(:mod:`kmipgt.data.registry`) loads without torch: a config's ``data.name`` is checked before torch is
+imported.
 """
 
 from __future__ import annotations

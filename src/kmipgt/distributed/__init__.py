@@ -4,8 +4,9 @@ send, DDP glue.
 Only torch.distributed collectives and PyTorch's launchers (``torchrun``); no transport of our own.
 See ``docs/distributed.md``.
 
-The names below are imported on first use (PEP 562), so that :mod:`kmipgt.distributed.choices` loads
-without torch: a config's ``distributed`` section is checked before torch is imported.
+The names below are imported on first use (:func:`kmipgt.lazy.lazy_package`), so that
+:mod:`kmipgt.distributed.choices` loads without torch: a config's ``distributed`` section is checked before
+torch is imported.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Neural-network modules: global attention (one projection, a core per registered kind: k-MIP, full,
 Performer, GRF), local MPNN kinds, GPS layers, PyG's GPSConv with k-MIP, the model, PyG baselines.
 
-The names below are imported on first use (PEP 562), so that the kind registries and
+The names below are imported on first use (:func:`kmipgt.lazy.lazy_package`), so that the kind registries and
 :mod:`kmipgt.nn.choices` load without torch: a config's names are checked before torch is imported.
 """
 

@@ -1,6 +1,6 @@
 """Training and evaluation: configs, metrics, the training loop with exact resume, run reports.
 
-The names below are imported on first use (PEP 562), so reading and checking a config
+The names below are imported on first use (:func:`kmipgt.lazy.lazy_package`), so reading and checking a config
 (:mod:`kmipgt.train.config`) does not import torch or PyG: ``kmipgt train`` reports a bad key at once.
 """
 
