@@ -5,7 +5,7 @@ On CUDA, ``torch.cuda.set_sync_debug_mode("error")`` raises at every host sync; 
 
 - reads of a device value on the host: ``aten._local_scalar_dense`` (``.item()``, ``int()``, ``float()``,
   ``bool()``, ``if tensor:``), ``aten.equal``, ``Tensor.tolist``, ``Tensor.numpy``, ``Tensor.__array__``,
-  ``Tensor.cpu``, ``Tensor.to("cpu")``;
+  ``Tensor.cpu``, ``Tensor.to("cpu")``, ``aten.copy_`` of a device value into a host tensor;
 - ops whose output size depends on the data: ``aten.nonzero`` (``torch.where(mask)``, ``argwhere``),
   ``aten.masked_select``, indexing with a boolean mask, ``aten._unique``/``_unique2``/``unique_dim``/
   ``unique_consecutive``, ``aten.repeat_interleave.Tensor`` without ``output_size``, ``aten.bincount``;
@@ -111,6 +111,8 @@ class _Dispatch(TorchDispatchMode):
         inputs = [leaf for leaf in tree_leaves((args, kwargs)) if isinstance(leaf, Tensor)]
         from_device = any(self.owner.on_device(tensor) for tensor in inputs)
         reason = _sync_reason(func, args, kwargs)
+        if func is _ATEN.copy_.default and not self.owner.on_device(args[0]):  # the source is, then
+            reason = f"{func} of a device tensor into a host tensor"
         if reason is not None and from_device:
             self.owner.record(reason)
         out = func(*args, **kwargs)

@@ -138,6 +138,8 @@ def test_what_is_computed_from_device_tensors_is_on_the_device():
         torch.tensor([1, 2], device=x.device)  # a blocking copy of host data
         host.to(x.device, torch.float)
         host.to(x.device, torch.float, non_blocking=True)
+        torch.empty(5).copy_(x)  # a blocking copy back to the host
+        x.new_empty(5).copy_(x)  # a copy on the device
 
     assert _recorded(run, on_device=[x]) == [
         "aten._local_scalar_dense.default",
@@ -146,4 +148,5 @@ def test_what_is_computed_from_device_tensors_is_on_the_device():
         "Tensor.to('cpu')",
         "torch.tensor(..., device=...) (a blocking host-to-device copy)",
         "Tensor.to(device) of a host tensor without non_blocking=True",
+        "aten.copy_.default of a device tensor into a host tensor",
     ]
