@@ -9,7 +9,6 @@ import torch
 import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import Tensor
-from torch.utils.weak import WeakTensorKeyDictionary
 from torch_geometric.nn import global_add_pool, global_mean_pool
 
 from kmipgt.nn.attention_kinds import ATTENTION_KINDS, NO_ATTENTION
@@ -19,6 +18,7 @@ from kmipgt.nn.gps_layer import GPSLayer, build_norm
 from kmipgt.nn.grf_core import share_walk_caches
 from kmipgt.nn.local_kinds import LOCAL_KINDS, NO_LOCAL
 from kmipgt.ops.ragged import layout_of
+from kmipgt.ops.tensor_memo import TensorMemo
 
 # What a layer without attention is built with: the options of the attention branch are off with it.
 _WITHOUT_ATTENTION = {"attention": NO_ATTENTION, "attention_gate": False, "attention_order": "parallel"}
@@ -52,9 +52,9 @@ def check_task(task: str, pooling: str) -> None:
         raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
 
 
-# Node-id tensors whose ids were checked before they were copied to the device (weakly, as batch layouts
-# are remembered): check_node_pairs need not read them back from there.
-_CHECKED_BEFORE_COPY: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
+# Node-id tensors whose ids were checked before they were copied to the device, with the node count they
+# were checked for: check_node_pairs need not read them back from there.
+_CHECKED_BEFORE_COPY: TensorMemo[int] = TensorMemo(keep_inference=False)
 
 
 def mark_node_pairs_checked(pairs: Tensor, num_nodes: int) -> None:
@@ -62,13 +62,12 @@ def mark_node_pairs_checked(pairs: Tensor, num_nodes: int) -> None:
     their host copy before the copy to the device, so that it does not read them back from the device
     (a host sync on CUDA) to check them again. Forgotten when ``pairs`` changes in place; an inference
     tensor, whose changes are not counted, is not remembered."""
-    if not pairs.is_inference():
-        _CHECKED_BEFORE_COPY[pairs] = (pairs._version, num_nodes)
+    _CHECKED_BEFORE_COPY.remember(pairs, num_nodes)
 
 
 def _checked_before_copy(pairs: Tensor, num_nodes: int) -> bool:
-    remembered = _CHECKED_BEFORE_COPY.get(pairs)
-    return remembered is not None and remembered[0] == pairs._version and remembered[1] <= num_nodes
+    checked_for = _CHECKED_BEFORE_COPY.recall(pairs)
+    return checked_for is not None and checked_for <= num_nodes
 
 
 def check_node_pairs(name: str, pairs: Tensor, num_nodes: int) -> None:

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from torch.utils.weak import WeakTensorKeyDictionary
+
+from kmipgt.ops.tensor_memo import TensorMemo
 
 __all__ = [
     "GraphBlock",
@@ -242,9 +243,9 @@ class RaggedLayout:
         )
 
 
-# Layouts remembered per batch tensor (weakly: a layout lives as long as its batch), so that the layers
-# of one forward and the recomputation of activation checkpointing find the one computed for the batch.
-_LAYOUTS: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
+# Layouts remembered per batch tensor, so that the layers of one forward and the recomputation of
+# activation checkpointing find the one computed for the batch.
+_LAYOUTS: TensorMemo[RaggedLayout] = TensorMemo(keep_inference=True)
 
 
 def same_device(a: torch.device, b: torch.device) -> bool:
@@ -258,11 +259,6 @@ def same_device(a: torch.device, b: torch.device) -> bool:
     return a.index == b.index
 
 
-def _version(batch: Tensor) -> int | None:
-    """The in-place version of ``batch``; None for inference tensors, which cannot change in place."""
-    return None if batch.is_inference() else batch._version
-
-
 def attach_layout(batch: Tensor, layout: RaggedLayout) -> None:
     """Remember ``layout`` as the layout of the ``[N]`` graph-id tensor ``batch`` (read by
     :func:`layout_of`); the loader calls it with the layout built from its CPU ``ptr``."""
@@ -270,7 +266,7 @@ def attach_layout(batch: Tensor, layout: RaggedLayout) -> None:
         raise ValueError(f"the layout holds {layout.num_nodes} nodes, `batch` {batch.numel()}")
     if not same_device(layout.device, batch.device):
         raise ValueError(f"the layout is for {layout.device}, `batch` is on {batch.device}")
-    _LAYOUTS[batch] = (_version(batch), layout)
+    _LAYOUTS.remember(batch, layout)
 
 
 def layout_of(num_nodes: int, device: torch.device, batch: Tensor | None = None) -> RaggedLayout:
@@ -283,14 +279,11 @@ def layout_of(num_nodes: int, device: torch.device, batch: Tensor | None = None)
     device = torch.device(device)
     if batch is None:
         return _single_graph_layout(num_nodes, device)
-    remembered = _LAYOUTS.get(batch)
-    if remembered is not None:
-        version, layout = remembered
-        unchanged = version == _version(batch) and layout.num_nodes == num_nodes
-        if unchanged and same_device(layout.device, device):
-            return layout
+    layout = _LAYOUTS.recall(batch)
+    if layout is not None and layout.num_nodes == num_nodes and same_device(layout.device, device):
+        return layout
     layout = RaggedLayout.from_ptr(num_nodes, device, batch=batch)
-    _LAYOUTS[batch] = (_version(batch), layout)
+    _LAYOUTS.remember(batch, layout)
     return layout
 
 
