@@ -29,11 +29,13 @@ def orthogonal_random_features(
         raise ValueError(f"`num_features` and `dim` must be positive, got {num_features} and {dim}")
     num_blocks = math.ceil(num_features / dim)
     gaussian = torch.randn(num_blocks, dim, dim, generator=generator, device=device, dtype=dtype)
-    q, r = torch.linalg.qr(gaussian)
+    # QR in float64, rounded once: LAPACK's float32 QR takes other vector code paths on other CPUs, so the
+    # same seed would give other features on another machine.
+    q, r = torch.linalg.qr(gaussian.double())
     # Householder QR leaves the signs of diag(R) arbitrary; fixing them makes Q Haar-distributed,
     # without which the directions are biased and FAVOR+ is no longer unbiased.
     q = q * torch.sign(torch.diagonal(r, dim1=-2, dim2=-1))[:, None, :]
-    blocks = q.transpose(1, 2).reshape(num_blocks * dim, dim)
+    blocks = q.transpose(1, 2).reshape(num_blocks * dim, dim).to(dtype)
     directions = blocks[:num_features]
     norms = torch.randn(num_features, dim, generator=generator, device=device, dtype=dtype).norm(dim=1)
     return directions * norms[:, None]
