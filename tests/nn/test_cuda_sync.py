@@ -1,5 +1,5 @@
 """On CUDA, attention layers, the whole model and its training step never wait for the device: the batch's
-layout is built once on the host and its edges are checked there.
+layout is built once on the host, passed to every layer, and its edges are checked there.
 
 A host sync (``.item()``, a blocking copy, ``nonzero``) stalls the CPU until the GPU catches up; with
 many small graphs per batch the launches then no longer overlap the arithmetic. Under
@@ -13,7 +13,7 @@ import torch
 
 from kmipgt.nn.attention import build_global_attention
 from kmipgt.nn.gps_layer import GPSLayer
-from kmipgt.ops.ragged import RaggedLayout, attach_layout
+from kmipgt.ops.ragged import RaggedLayout
 from kmipgt.train import load_config
 from kmipgt.train.datasets import prepare_data
 from kmipgt.train.loop import Trainer
@@ -35,9 +35,8 @@ def _molecules(device: torch.device, num_graphs: int = 12, channels: int = 32):
     ring = start + (rows - start + 1) % size
     edge_index = torch.cat([torch.stack([rows, ring]), torch.stack([ring, rows])], dim=1)
     x = torch.randn(rows.numel(), channels, generator=gen)
-    batch = graph.to(device)
-    attach_layout(batch, RaggedLayout(ptr, device))
-    return x.to(device).requires_grad_(), edge_index.to(device), batch
+    layout = RaggedLayout(ptr.pin_memory(), device)
+    return x.to(device).requires_grad_(), edge_index.to(device), graph.to(device), layout
 
 
 def _without_syncs(run) -> None:
@@ -53,14 +52,14 @@ def _without_syncs(run) -> None:
 @pytest.mark.parametrize("kind", ["kmip", "full"])
 def test_attention_forward_and_backward_never_sync(kind):
     device = torch.device("cuda")
-    x, edge_index, batch = _molecules(device)
+    x, edge_index, batch, layout = _molecules(device)
     attention = build_global_attention(kind, 32, heads=4, attn_kwargs={"k": 5} if kind == "kmip" else None)
     attention = attention.to(device)
-    attention(x, edge_index, batch=batch).sum().backward()  # warm-up: kernels compile, layout tables fill
+    attention(x, edge_index, batch=batch, layout=layout).sum().backward()  # warm-up: kernels compile
     x.grad = None
 
     def run():
-        attention(x, edge_index, batch=batch).sum().backward()
+        attention(x, edge_index, batch=batch, layout=layout).sum().backward()
 
     _without_syncs(run)
     assert x.grad is not None and bool(torch.isfinite(x.grad).all())
@@ -69,15 +68,15 @@ def test_attention_forward_and_backward_never_sync(kind):
 @pytest.mark.parametrize("kind", ["kmip", "full"])
 def test_gps_layer_forward_and_backward_never_sync(kind):
     device = torch.device("cuda")
-    x, edge_index, batch = _molecules(device)
+    x, edge_index, batch, layout = _molecules(device)
     options = {"k": 5} if kind == "kmip" else None
     layer = GPSLayer(32, local="gatedgcn", attention=kind, heads=4, attn_kwargs=options).to(device)
     edge_attr = torch.randn(edge_index.shape[1], 32, device=device)
-    layer(x, edge_index, batch=batch, edge_attr=edge_attr)[0].sum().backward()
+    layer(x, edge_index, batch=batch, edge_attr=edge_attr, layout=layout)[0].sum().backward()
     x.grad = None
 
     def run():
-        layer(x, edge_index, batch=batch, edge_attr=edge_attr)[0].sum().backward()
+        layer(x, edge_index, batch=batch, edge_attr=edge_attr, layout=layout)[0].sum().backward()
 
     _without_syncs(run)
     assert x.grad is not None and bool(torch.isfinite(x.grad).all())

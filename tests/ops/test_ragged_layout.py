@@ -1,4 +1,5 @@
-"""The batch layout built once: validation, caching per batch tensor, and attention functions taking it."""
+"""The batch layout built once per forward: validation, lazily read host facts, and attention functions taking
+it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import torch.nn.functional as F
 
 import kmipgt.ops.search.backends.triton_search as triton_backend
 from kmipgt.ops import full_attention, kmip_attention
-from kmipgt.ops.ragged import RaggedLayout, attach_layout, layout_of
+from kmipgt.ops.full_softmax import _size_buckets
+from kmipgt.ops.ragged import RaggedLayout, batch_layout
 from kmipgt.ops.search.registry import auto_backend
 
 
@@ -34,17 +36,25 @@ def test_layout_holds_the_host_facts_of_its_batch():
         RaggedLayout.from_ptr(11, ptr=ptr)
 
 
-def test_layout_of_a_batch_is_the_attached_one_until_the_batch_changes():
-    batch = torch.tensor([0, 0, 1, 1, 1])
-    attached = RaggedLayout(torch.tensor([0, 2, 5]))
-    attach_layout(batch, attached)
-    assert layout_of(5, torch.device("cpu"), batch) is attached
-    batch[2:] = 0  # in place: the attached layout no longer describes it
-    recomputed = layout_of(5, torch.device("cpu"), batch)
-    assert recomputed is not attached and recomputed.ptr.tolist() == [0, 5]
-    assert layout_of(5, torch.device("cpu"), batch) is recomputed
-    with pytest.raises(ValueError, match="holds 2 nodes"):
-        attach_layout(batch, RaggedLayout(torch.tensor([0, 2])))
+def test_a_forward_builds_its_layout_from_ptr_else_batch_else_none():
+    ptr, batch = torch.tensor([0, 2, 5]), torch.tensor([0, 0, 1, 1, 1])
+    assert batch_layout(5, torch.device("cpu")) is None
+    for layout in (batch_layout(5, torch.device("cpu"), ptr=ptr),
+                   batch_layout(5, torch.device("cpu"), batch=batch)):
+        assert layout.ptr.tolist() == [0, 2, 5] and layout.num_graphs == 2 and layout.max_nodes == 3
+    with pytest.raises(ValueError, match="must end at the number of nodes"):
+        batch_layout(6, torch.device("cpu"), ptr=ptr)
+
+
+def test_building_a_layout_reads_no_offsets():
+    """A compiled model builds its layout from a ptr input: the host facts wait for their first use."""
+    layout = RaggedLayout(torch.tensor([0, 2, 5]), device="meta")
+    assert layout.num_graphs == 2 and layout._derived == {}
+    assert (layout.num_nodes, layout.max_nodes) == (5, 3)
+    device_ptr = torch.empty(3, dtype=torch.long, device="meta")
+    assert RaggedLayout(torch.tensor([0, 2, 5]), device_ptr=device_ptr).device_ptr is device_ptr
+    with pytest.raises(ValueError, match="`device_ptr` must be the \\[3\\] offsets on meta"):
+        RaggedLayout(torch.tensor([0, 2, 5]), device="meta", device_ptr=torch.zeros(2, dtype=torch.long))
 
 
 @pytest.mark.parametrize("sizes", [[5, 9, 7, 9], [1, 40, 2, 3, 0, 17, 64, 1]])
@@ -58,7 +68,7 @@ def test_full_attention_over_padded_size_buckets_equals_sdpa_per_graph(sizes):
     for out in (full_attention(query, key, value, ptr=ptr), full_attention(query, key, value, layout=layout)):
         torch.testing.assert_close(out, expected)
     if len(sizes) > 4:  # sizes 1 to 64: more than one bucket
-        assert len(layout.derived("sdpa_buckets", lambda _: None)) > 1
+        assert len(_size_buckets(layout)) > 1
 
 
 def test_full_attention_gradients_through_the_padding_equal_per_graph_sdpa():
@@ -92,22 +102,10 @@ def test_auto_never_picks_a_backend_that_cannot_serve_k(monkeypatch):
     assert auto_backend("cuda", torch.float32, k=triton_backend.MAX_TRITON_K + 1).name == "torch"
 
 
-def test_layouts_of_inference_tensors_are_remembered_too():
-    with torch.inference_mode():
-        batch = torch.tensor([0, 0, 1])
-        layout = layout_of(3, torch.device("cpu"), batch)
-        assert layout.ptr.tolist() == [0, 2, 3] and layout_of(3, torch.device("cpu"), batch) is layout
-        attached = RaggedLayout(torch.tensor([0, 2, 3]))
-        attach_layout(batch, attached)
-        assert layout_of(3, torch.device("cpu"), batch) is attached
-
-
 def test_a_layout_is_checked_against_the_inputs_it_describes():
     with pytest.raises(ValueError, match="int64 CPU offsets"):
         RaggedLayout(torch.tensor([0, 2], dtype=torch.int32))
     layout = RaggedLayout(torch.tensor([0, 4]), device="meta")
-    with pytest.raises(ValueError, match="the layout is for meta"):
-        attach_layout(torch.zeros(4, dtype=torch.long), layout)
     tensors = [torch.randn(4, 1, 2) for _ in range(3)]
     with pytest.raises(ValueError, match="`layout` is for meta"):
         kmip_attention(*tensors, 2, layout=layout)

@@ -5,10 +5,10 @@ import torch
 from torch_geometric.data import Batch, Data
 from torch_geometric.loader import DataLoader
 
-from kmipgt.nn.model import check_node_pairs
+from kmipgt.nn.model import assert_node_pairs
 from kmipgt.train import Trainer, load_config
 from kmipgt.train.datasets import PreparedData
-from kmipgt.train.resident import ResidentGraphs
+from kmipgt.train.resident import HOST_PTR, ResidentGraphs
 from kmipgt.train.task import make_task
 from sync_detector import HostSyncs
 from tiny_runs import sign_graphs
@@ -69,8 +69,9 @@ def test_bad_input_names_the_problem():
 def test_the_model_does_not_read_the_edges_of_a_cut_back():
     cut = ResidentGraphs(_graphs(), "cpu").batch(torch.tensor([3, 0, 10]))
     with HostSyncs() as syncs:
-        check_node_pairs("edge_index", cut.edge_index, cut.num_nodes)
+        assert_node_pairs("edge_index", cut.edge_index, cut.num_nodes)
     assert syncs.syncs == []
+    assert getattr(cut, HOST_PTR).tolist() == cut.ptr.tolist()
 
 
 def _data(num_graphs=23) -> PreparedData:

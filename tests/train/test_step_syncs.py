@@ -18,6 +18,7 @@ import torch
 from kmipgt.train import load_config
 from kmipgt.train.datasets import prepare_data
 from kmipgt.train.loop import Trainer
+from kmipgt.train.resident import HOST_PTR
 from kmipgt.train.stand_in import stand_in_data
 from sync_detector import HostSyncs
 
@@ -40,9 +41,10 @@ def _trainer(tmp_path, *overrides: str, name: str) -> Trainer:
 
 def _on_device(trainer: Trainer, batch) -> list[torch.Tensor]:
     """What a CUDA step finds on the device: the model's parameters and buffers and the batch moved there.
-    The batch's ``ptr`` stays out: on CPU the moved ``ptr`` is the loader's own, which the batch's layout
-    reads on the host."""
-    moved = [value for key, value in batch.items() if isinstance(value, torch.Tensor) and key != "ptr"]
+    The batch's ``ptr`` and ``host_ptr`` stay out: the model reads the loader's own CPU offsets on the host
+    (on CPU the moved ``ptr`` is that one too)."""
+    moved = [value for key, value in batch.items() if isinstance(value, torch.Tensor)
+             and key not in ("ptr", HOST_PTR)]
     return [*trainer.model.parameters(), *trainer.model.buffers(), *moved]
 
 

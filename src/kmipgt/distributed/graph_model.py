@@ -20,6 +20,7 @@ from kmipgt.distributed.choices import partitioned_attention_kinds, partitioned_
 from kmipgt.distributed.halo import HaloPlan, halo_exchange
 from kmipgt.nn import GraphTransformer, KMIPCore
 from kmipgt.ops import APPROXIMATE_BACKENDS, SEARCH_BACKENDS
+from kmipgt.ops.ragged import RaggedLayout
 
 __all__ = [
     "PartitionedGraphTransformer",
@@ -55,7 +56,7 @@ class ShardedKMIPCore(KMIPCore):
 
     def forward(
         self, query: Tensor, key: Tensor, value: Tensor, edge_index: Tensor | None = None,
-        batch: Tensor | None = None,
+        batch: Tensor | None = None, layout: RaggedLayout | None = None,
     ) -> Tensor:
         return sharded_kmip_attention(
             query, key, value, self.k, group=self.group, scale=self.search.get("scale"),
@@ -113,9 +114,11 @@ class PartitionedGraphTransformer(torch.nn.Module):
     def forward(
         self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None, edge_attr: Tensor | None = None,
         lappe: Tensor | None = None, rwse: Tensor | None = None, edge_label_index: Tensor | None = None,
+        ptr: Tensor | None = None,
     ) -> Tensor:
         """``x [n_r, F]``, ``edge_index [2, E_r]`` (sources in ``[own; halo]`` rows), ``edge_attr [E_r, F_e]``
-        -> ``[n_r, out]``. ``batch`` and ``edge_label_index`` are not read (one graph, node level)."""
+        -> ``[n_r, out]``. ``batch``, ``edge_label_index`` and ``ptr`` are not read (one graph, node
+        level)."""
         rows = self.plan.num_nodes + self.plan.num_halo
         h = self.model.embed(
             x, edge_index, edge_attr=edge_attr, lappe=lappe, rwse=rwse, num_source_nodes=rows

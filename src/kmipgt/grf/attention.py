@@ -66,19 +66,21 @@ def _graphs(
     num_nodes: int, ptr: Tensor | None, batch: Tensor | None, device: torch.device,
     layout: RaggedLayout | None = None,
 ) -> tuple[Tensor, int]:
-    """``[N]`` graph id per node on ``device`` and the number of graphs up to the last node's (1 without
-    nodes), from ``layout`` or else ``ptr`` ``[G + 1]`` or sorted ``batch`` ``[N]`` (neither: one graph).
-    A layout's host offsets give the count without reading the ids back from the device."""
+    """``[N]`` graph id per node on ``device`` and the number of graphs, from ``layout`` or else ``ptr``
+    ``[G + 1]`` or sorted ``batch`` ``[N]`` (neither: one graph). The ids are expanded on the device from the
+    layout's device offsets with the host's node count, so nothing is read back from the device, and a
+    compiled model traces them as it traces any op."""
     if layout is None:
         layout = RaggedLayout.from_ptr(num_nodes, device, ptr=ptr, batch=batch)
     elif ptr is not None or batch is not None:
         raise ValueError("pass either `layout` or `ptr`/`batch`, not both")
-    elif not same_device(layout.device, device) or layout.num_nodes != num_nodes:
-        raise ValueError(
-            f"`layout` holds {layout.num_nodes} nodes on {layout.device}, the inputs {num_nodes} on {device}"
-        )
-    count = int((layout.ptr[:-1] < num_nodes).sum())
-    return layout.node_graph_position()[0], max(count, 1)
+    elif not same_device(layout.device, device):
+        raise ValueError(f"`layout` is for {layout.device}, the inputs are on {device}")
+    elif not torch.compiler.is_compiling() and layout.num_nodes != num_nodes:
+        raise ValueError(f"`layout` holds {layout.num_nodes} nodes, the inputs {num_nodes}")
+    sizes = layout.device_ptr.diff()
+    graphs = torch.arange(layout.num_graphs, device=sizes.device)
+    return torch.repeat_interleave(graphs, sizes, output_size=num_nodes), torch.sym_max(layout.num_graphs, 1)
 
 
 def _head_major_features(
@@ -288,7 +290,7 @@ def linear_attention(
 
     Shapes as :func:`masked_linear_attention`; the baseline GRF masking is compared against. ``layout``:
     the batch's :class:`~kmipgt.ops.ragged.RaggedLayout` in place of ``ptr``/``batch``
-    (:func:`~kmipgt.ops.ragged.layout_of`), so that nothing is read back from the device.
+    (:func:`~kmipgt.ops.ragged.batch_layout`), so that nothing is read back from the device.
     """
     _check_qkv(query, key, value)
     graphs = _graphs(query.shape[0], ptr, batch, query.device, layout)

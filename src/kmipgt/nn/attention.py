@@ -19,6 +19,7 @@ with ``qk_channels`` set to its size.
 from __future__ import annotations
 
 import contextlib
+import inspect
 
 import torch
 from torch import Tensor
@@ -26,6 +27,7 @@ from torch import Tensor
 from kmipgt.grf import CSRPattern
 from kmipgt.grf.edge_sums import default_chunk_rows, normalised_kernel_attention_rows
 from kmipgt.nn.attention_kinds import ATTENTION_KINDS, NO_ATTENTION, AttentionKind
+from kmipgt.ops.ragged import RaggedLayout
 
 
 def _core_attribute(name: str) -> property:
@@ -122,6 +124,8 @@ class ProjectedAttention(torch.nn.Module):
         self.lin_out = torch.nn.Linear(inner, channels)
         # A core's own sizes (random features, projections) are those of the queries and keys.
         self.core = self.kind.core_class(heads, qk_dim, dropout, **attn_kwargs)
+        # A kind registered with a core that reads only `batch` (the interface before layouts) still works.
+        self._core_takes_layout = "layout" in inspect.signature(self.core.forward).parameters
 
     def reset_parameters(self) -> None:
         for lin in (self.lin_query, self.lin_key, self.lin_value, self.lin_out):
@@ -171,9 +175,11 @@ class ProjectedAttention(torch.nn.Module):
         edge_index: Tensor | None = None,
         batch: Tensor | None = None,
         qk_x: Tensor | None = None,
+        layout: RaggedLayout | None = None,
     ) -> Tensor:
         """``x [N, channels]``, ``edge_index [2, E]``, sorted ``batch [N]``, ``qk_x [N, qk_channels]``
-        -> ``[N, channels]``."""
+        -> ``[N, channels]``. ``layout``: the graphs of ``batch`` as built once per forward
+        (:func:`~kmipgt.ops.ragged.batch_layout`); without it the core reads ``batch``."""
         self._check_input(x, batch, qk_x)
         if self.kind.edge_index and edge_index is None:
             raise ValueError(f"edge_index [2, E] is required by attention kind {self.attn_type!r}")
@@ -182,14 +188,16 @@ class ProjectedAttention(torch.nn.Module):
             x, qk_x = x.float(), None if qk_x is None else qk_x.float()
             precision = torch.autocast(x.device.type, enabled=False)
         with precision:
-            return self._attend(x, edge_index, batch, qk_x)
+            return self._attend(x, edge_index, batch, qk_x, layout)
 
     def _attend(
-        self, x: Tensor, edge_index: Tensor | None, batch: Tensor | None, qk_x: Tensor | None
+        self, x: Tensor, edge_index: Tensor | None, batch: Tensor | None, qk_x: Tensor | None,
+        layout: RaggedLayout | None,
     ) -> Tensor:
         """The projections around the core, on checked inputs in the module's precision."""
         query, key, value = self.query_key_value(x, qk_x)
-        out = self.core(query, key, value, edge_index, batch)
+        graphs = (batch, layout) if self._core_takes_layout else (batch,)
+        out = self.core(query, key, value, edge_index, *graphs)
         return self.lin_out(out.reshape(x.size(0), self.heads * self.head_dim))
 
     def __repr__(self) -> str:
@@ -294,13 +302,14 @@ class GRFAttention(ProjectedAttention):
     attn_type = "grf"
 
     def _attend(
-        self, x: Tensor, edge_index: Tensor | None, batch: Tensor | None, qk_x: Tensor | None
+        self, x: Tensor, edge_index: Tensor | None, batch: Tensor | None, qk_x: Tensor | None,
+        layout: RaggedLayout | None,
     ) -> Tensor:
         if not torch.is_grad_enabled():
-            mask = self.core.fused_block_mask(edge_index, x.size(0), batch)
+            mask = self.core.fused_block_mask(edge_index, x.size(0), batch, layout)
             if mask is not None:
                 return self._chunked_forward(x, x if qk_x is None else qk_x, *mask)
-        return super()._attend(x, edge_index, batch, qk_x)
+        return super()._attend(x, edge_index, batch, qk_x, layout)
 
     def _chunked_forward(self, x: Tensor, qk_x: Tensor, pattern: CSRPattern, weights: Tensor) -> Tensor:
         n, heads = x.size(0), self.heads

@@ -10,7 +10,8 @@ from torch_geometric.nn.models import GAT, GCN, MLP, GraphSAGE, Polynormer, SGFo
 
 from kmipgt.nn.choices import BASELINE_KINDS
 from kmipgt.nn.encoders import NodeEncoder
-from kmipgt.nn.model import MLPHead, _ReadoutModel, check_node_pairs
+from kmipgt.nn.model import MLPHead, _ReadoutModel, assert_node_pairs
+from kmipgt.ops.ragged import RaggedLayout
 
 _BASIC_GNNS = {"gcn": GCN, "sage": GraphSAGE, "gat": GAT}
 # PyG's SGFormer and Polynormer pad a mini-batch of graphs into one dense tensor, and their attention
@@ -185,13 +186,14 @@ class BaselineModel(_ReadoutModel):
 
     def embed(
         self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None, lappe: Tensor | None = None,
-        rwse: Tensor | None = None, *, edge_attr: Tensor | None = None,
+        rwse: Tensor | None = None, *, edge_attr: Tensor | None = None, layout: RaggedLayout | None = None,
     ) -> Tensor:
         """Node embeddings ``[N, channels]`` after the PyG model.
 
-        ``edge_attr`` is accepted for the signature of :class:`~kmipgt.nn.GraphTransformer` and not used.
+        ``edge_attr`` and ``layout`` are accepted for the signature of :class:`~kmipgt.nn.GraphTransformer`
+        and not used.
         """
-        check_node_pairs("edge_index", edge_index, x.shape[0])
+        assert_node_pairs("edge_index", edge_index, x.shape[0])
         h = self.node_encoder(x, lappe=lappe, rwse=rwse)
         if self.kind == "mlp":
             return self.body(h, batch=batch)

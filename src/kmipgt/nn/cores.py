@@ -19,10 +19,15 @@ from torch import Tensor
 
 from kmipgt import ops
 from kmipgt.grf import linear_attention, orthogonal_random_features
-from kmipgt.ops.ragged import RaggedLayout, layout_of
+from kmipgt.ops.ragged import RaggedLayout
 from kmipgt.ops.search.ivf_common import check_recall
 
 __all__ = ["AttentionCore", "FullCore", "KMIPCore", "PerformerCore"]
+
+
+def _graphs(batch: Tensor | None, layout: RaggedLayout | None) -> dict:
+    """The keyword that gives an op the graphs of a forward: its layout where the model built one."""
+    return {"batch": batch} if layout is None else {"layout": layout}
 
 
 class AttentionCore(torch.nn.Module):
@@ -51,9 +56,11 @@ class AttentionCore(torch.nn.Module):
         value: Tensor,
         edge_index: Tensor | None = None,
         batch: Tensor | None = None,
+        layout: RaggedLayout | None = None,
     ) -> Tensor:
         """``query, key [N, H, d]``, ``value [N, H, d_v]``, ``edge_index [2, E]``, sorted ``batch [N]``
-        -> ``[N, H, d_v]``."""
+        -> ``[N, H, d_v]``. ``layout``: the graphs of ``batch``, built once per forward
+        (:func:`~kmipgt.ops.ragged.batch_layout`); without it they are read from ``batch``."""
         raise NotImplementedError
 
     def _dropout_p(self) -> float:
@@ -125,13 +132,14 @@ class KMIPCore(AttentionCore):
 
     def forward(
         self, query: Tensor, key: Tensor, value: Tensor, edge_index: Tensor | None = None,
-        batch: Tensor | None = None,
+        batch: Tensor | None = None, layout: RaggedLayout | None = None,
     ) -> Tensor:
         calibration = ops.ProbeCalibration() if self.search.get("recall") is not None else None
-        layout = layout_of(query.shape[0], query.device, batch)
-        where: dict = {"layout": layout}
+        where = _graphs(batch, layout)
         kept = None
         if self.training and self.key_dropout > 0:
+            if layout is None:
+                layout = RaggedLayout.from_ptr(query.shape[0], query.device, batch=batch)
             kept, key_ptr = self._kept_keys(key.shape[0], layout)
             key, value = key[kept], value[kept]
             where = {"ptr": layout.ptr, "key_ptr": key_ptr}
@@ -193,14 +201,14 @@ class FullCore(AttentionCore):
 
     def forward(
         self, query: Tensor, key: Tensor, value: Tensor, edge_index: Tensor | None = None,
-        batch: Tensor | None = None,
+        batch: Tensor | None = None, layout: RaggedLayout | None = None,
     ) -> Tensor:
-        layout = layout_of(query.shape[0], query.device, batch)
         out = ops.full_attention(
-            query, key, value, layout=layout, dropout_p=self._dropout_p(), check_finite=False
+            query, key, value, **_graphs(batch, layout), dropout_p=self._dropout_p(), check_finite=False
         )
         if self.keep_attention:
-            self.last_attention = ops.full_attention_topk(query, key, self.kept_keys, batch=batch)
+            graphs = {"batch": batch} if layout is None else {"ptr": layout.ptr}
+            self.last_attention = ops.full_attention_topk(query, key, self.kept_keys, **graphs)
         return out
 
 
@@ -243,11 +251,10 @@ class PerformerCore(AttentionCore):
 
     def forward(
         self, query: Tensor, key: Tensor, value: Tensor, edge_index: Tensor | None = None,
-        batch: Tensor | None = None,
+        batch: Tensor | None = None, layout: RaggedLayout | None = None,
     ) -> Tensor:
-        layout = layout_of(query.shape[0], query.device, batch)
         out = linear_attention(
-            query, key, value, feature_map="favor+", projection=self.projection, layout=layout
+            query, key, value, feature_map="favor+", projection=self.projection, **_graphs(batch, layout)
         )
         return F.dropout(out, self.dropout, self.training)
 

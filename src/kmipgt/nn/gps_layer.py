@@ -25,6 +25,7 @@ from torch import Tensor
 from kmipgt.nn.attention import build_global_attention
 from kmipgt.nn.choices import ACTIVATIONS, NORM_KINDS
 from kmipgt.nn.local_kinds import LOCAL_KINDS, NO_LOCAL, build_local_mpnn
+from kmipgt.ops.ragged import RaggedLayout
 
 
 def build_norm(kind: str, channels: int) -> torch.nn.Module:
@@ -67,9 +68,9 @@ class PostNorm:
     @staticmethod
     def attention(
         layer: GPSLayer, x: Tensor, edge_index: Tensor, batch: Tensor | None, qk_x: Tensor | None,
-        residual: bool,
+        residual: bool, layout: RaggedLayout | None,
     ) -> Tensor:
-        h = layer.gated(layer.attention_update(x, edge_index, batch, qk_x))
+        h = layer.gated(layer.attention_update(x, edge_index, batch, qk_x, layout))
         if residual:
             h = x + h
         return h if layer.norm_attn is None else layer.norm_attn(h)
@@ -116,9 +117,9 @@ class PreNorm:
     @staticmethod
     def attention(
         layer: GPSLayer, x: Tensor, edge_index: Tensor, batch: Tensor | None, qk_x: Tensor | None,
-        residual: bool,
+        residual: bool, layout: RaggedLayout | None,
     ) -> Tensor:
-        return layer.gated(layer.attention_update(layer.norm_attn(x), edge_index, batch, qk_x))
+        return layer.gated(layer.attention_update(layer.norm_attn(x), edge_index, batch, qk_x, layout))
 
     @staticmethod
     def finish(layer: GPSLayer, h: Tensor) -> Tensor:
@@ -135,7 +136,8 @@ class Parallel:
 
     @staticmethod
     def first(
-        layer: GPSLayer, x: Tensor, edge_index: Tensor, batch: Tensor | None, qk_x: Tensor | None
+        layer: GPSLayer, x: Tensor, edge_index: Tensor, batch: Tensor | None, qk_x: Tensor | None,
+        layout: RaggedLayout | None,
     ) -> Tensor:
         """What the branches read: the layer input."""
         return x
@@ -143,18 +145,18 @@ class Parallel:
     @classmethod
     def combine(
         cls, layer: GPSLayer, x: Tensor, edge_index: Tensor, batch: Tensor | None, edge_attr: Tensor | None,
-        qk_x: Tensor | None,
+        qk_x: Tensor | None, layout: RaggedLayout | None,
     ) -> tuple[Tensor, Tensor | None]:
         """The sum of the branches' contributions (and the stream, under pre-norm), and the edges."""
         placement = layer.placement
-        x = cls.first(layer, x, edge_index, batch, qk_x)
+        x = cls.first(layer, x, edge_index, batch, qk_x, layout)
         branches = []
         if layer.local is not None:
             h_local, edge_attr = placement.local(layer, x, edge_index, edge_attr)
             branches.append(h_local)
         if layer.attention is not None and cls.beside:
             residual = layer.branch_residual and layer.attention_gate is None
-            branches.append(placement.attention(layer, x, edge_index, batch, qk_x, residual))
+            branches.append(placement.attention(layer, x, edge_index, batch, qk_x, residual, layout))
         return sum(branches, x if placement.stream else 0), edge_attr
 
 
@@ -170,10 +172,11 @@ class Series(Parallel):
 
     @staticmethod
     def first(
-        layer: GPSLayer, x: Tensor, edge_index: Tensor, batch: Tensor | None, qk_x: Tensor | None
+        layer: GPSLayer, x: Tensor, edge_index: Tensor, batch: Tensor | None, qk_x: Tensor | None,
+        layout: RaggedLayout | None,
     ) -> Tensor:
         """What the local branch reads: the attention's output with its residual."""
-        return layer.placement.attention(layer, x, edge_index, batch, qk_x, residual=True)
+        return layer.placement.attention(layer, x, edge_index, batch, qk_x, True, layout)
 
 
 # ``norm_position`` -> placement, ``attention_order`` -> combiner (their names: NORM_POSITIONS and
@@ -305,10 +308,11 @@ class GPSLayer(torch.nn.Module):
         return self._branch_dropout(self.local(x, edge_index, *args)), edge_attr
 
     def attention_update(
-        self, x: Tensor, edge_index: Tensor, batch: Tensor | None, qk_x: Tensor | None
+        self, x: Tensor, edge_index: Tensor, batch: Tensor | None, qk_x: Tensor | None,
+        layout: RaggedLayout | None = None,
     ) -> Tensor:
         """The attention's output on ``x``, dropped out and, per node, dropped (stochastic depth)."""
-        h = self._branch_dropout(self.attention(x, edge_index, batch, qk_x=qk_x))
+        h = self._branch_dropout(self.attention(x, edge_index, batch, qk_x=qk_x, layout=layout))
         if self.attention_drop_path and self.training:
             h = h * F.dropout(h.new_ones(h.size(0), 1), self.attention_drop_path)
         return h
@@ -336,14 +340,16 @@ class GPSLayer(torch.nn.Module):
         batch: Tensor | None = None,
         edge_attr: Tensor | None = None,
         qk_x: Tensor | None = None,
+        layout: RaggedLayout | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """``x [N, C]``, ``edge_index [2, E]``, ``batch [N]``, ``edge_attr [E, C]``, ``qk_x [N, P]``
-        -> (x', edge_attr')."""
+        -> (x', edge_attr'). ``layout``: the batch's graphs as the attention reads them
+        (:func:`~kmipgt.ops.ragged.batch_layout`; None: from ``batch``, or one graph)."""
         if self.local is not None and edge_attr is None and self.local_spec.supports_edge_attr:
             raise ValueError(
                 f"edge_attr [E, {self.channels}] is required by the local MPNN {self.local_kind!r}"
             )
-        h, edge_attr = self.combiner.combine(self, x, edge_index, batch, edge_attr, qk_x)
+        h, edge_attr = self.combiner.combine(self, x, edge_index, batch, edge_attr, qk_x, layout)
         return self.placement.finish(self, h), edge_attr
 
     def __repr__(self) -> str:

@@ -33,7 +33,7 @@ from kmipgt.grf import (
 from kmipgt.grf.edge_sums import FUSED_FEATURE_MAPS
 from kmipgt.grf.sparse import index_dtype
 from kmipgt.nn.cores import AttentionCore
-from kmipgt.ops.ragged import graph_ptr
+from kmipgt.ops.ragged import RaggedLayout, graph_ptr
 
 __all__ = ["GRFCore", "GRFWalkCache", "WalkSettings", "share_walk_caches"]
 
@@ -159,6 +159,14 @@ def share_walk_caches(model: torch.nn.Module) -> int:
         if isinstance(module, GRFCore) and module.share_walks:
             module.walk_cache = caches.setdefault(module.walk_cache.settings, module.walk_cache)
     return len(caches)
+
+
+def _host_ptr(num_nodes: int, batch: Tensor | None, layout: RaggedLayout | None) -> Tensor | None:
+    """The CPU graph offsets the walks are sampled on: the layout's, else read from ``batch``; None: one
+    graph."""
+    if layout is not None:
+        return layout.ptr
+    return graph_ptr(num_nodes, batch=batch) if batch is not None else None
 
 
 class GRFCore(AttentionCore):
@@ -317,10 +325,10 @@ class GRFCore(AttentionCore):
 
     def forward(
         self, query: Tensor, key: Tensor, value: Tensor, edge_index: Tensor | None = None,
-        batch: Tensor | None = None,
+        batch: Tensor | None = None, layout: RaggedLayout | None = None,
     ) -> Tensor:
         n = query.shape[0]
-        ptr = graph_ptr(n, batch=batch) if batch is not None else None
+        ptr = _host_ptr(n, batch, layout)
         walks = self._graph_walks(edge_index, n, ptr)
         f = self.f.to(query.dtype)
         options = {
@@ -345,7 +353,8 @@ class GRFCore(AttentionCore):
         return self.walks(edge_index, num_nodes, ptr)
 
     def fused_block_mask(
-        self, edge_index: Tensor | None, num_nodes: int, batch: Tensor | None = None
+        self, edge_index: Tensor | None, num_nodes: int, batch: Tensor | None = None,
+        layout: RaggedLayout | None = None,
     ) -> tuple[CSRPattern, Tensor] | None:
         r"""The mask of every head as one block-diagonal ``[H·N, H·N]`` CSR pattern and its ``[H·M]`` values
         (:func:`kmipgt.grf.block_mask`) when this core computes through the explicit mask with ReLU features
@@ -355,8 +364,7 @@ class GRFCore(AttentionCore):
         routes check): ``f = softplus(θ)`` and the walks' loads are."""
         if self.form != "symmetric" or self.feature_map not in FUSED_FEATURE_MAPS or self.global_weight > 0:
             return None
-        ptr = graph_ptr(num_nodes, batch=batch) if batch is not None else None
-        walks = self._graph_walks(edge_index, num_nodes, ptr)
+        walks = self._graph_walks(edge_index, num_nodes, _host_ptr(num_nodes, batch, layout))
         pattern = self._mask_pattern(walks)
         if pattern is None:
             return None

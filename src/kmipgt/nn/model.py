@@ -17,8 +17,7 @@ from kmipgt.nn.encoders import EdgeEncoder, NodeEncoder
 from kmipgt.nn.gps_layer import GPSLayer, build_norm
 from kmipgt.nn.grf_core import share_walk_caches
 from kmipgt.nn.local_kinds import LOCAL_KINDS, NO_LOCAL
-from kmipgt.ops.ragged import layout_of
-from kmipgt.ops.tensor_memo import TensorMemo
+from kmipgt.ops.ragged import RaggedLayout, batch_layout
 
 # What a layer without attention is built with: the options of the attention branch are off with it.
 _WITHOUT_ATTENTION = {"attention": NO_ATTENTION, "attention_gate": False, "attention_order": "parallel"}
@@ -52,38 +51,20 @@ def check_task(task: str, pooling: str) -> None:
         raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
 
 
-# Node-id tensors whose ids were checked before they were copied to the device, with the node count they
-# were checked for: check_node_pairs need not read them back from there.
-_CHECKED_BEFORE_COPY: TensorMemo[int] = TensorMemo(keep_inference=False)
-
-
-def mark_node_pairs_checked(pairs: Tensor, num_nodes: int) -> None:
-    """Remember that the ids of ``pairs`` lie in ``[0, num_nodes)``, as :func:`check_node_pairs` found on
-    their host copy before the copy to the device, so that it does not read them back from the device
-    (a host sync on CUDA) to check them again. Forgotten when ``pairs`` changes in place; an inference
-    tensor, whose changes are not counted, is not remembered."""
-    _CHECKED_BEFORE_COPY.remember(pairs, num_nodes)
-
-
-def _checked_before_copy(pairs: Tensor, num_nodes: int) -> bool:
-    checked_for = _CHECKED_BEFORE_COPY.recall(pairs)
-    return checked_for is not None and checked_for <= num_nodes
-
-
-def check_node_pairs(name: str, pairs: Tensor, num_nodes: int) -> None:
-    """ValueError unless ``pairs`` is a ``[2, E]`` integer tensor of node ids in ``[0, num_nodes)``.
-
-    Indexing would wrap a negative id around to the last nodes silently, and an id ``>= N`` fails deep
-    inside a scatter with a message that names neither the tensor nor the node count. Reading the ids on a
-    device waits for it; ids checked on the host before their copy there
-    (:func:`mark_node_pairs_checked`, as the training loop's batches are) are not read again.
-    """
+def _check_pairs_shape(name: str, pairs: Tensor) -> None:
     if not isinstance(pairs, Tensor) or pairs.dim() != 2 or pairs.shape[0] != 2:
         shape = tuple(pairs.shape) if isinstance(pairs, Tensor) else type(pairs).__name__
         raise ValueError(f"{name} must be a [2, E] tensor of node ids, got {shape}")
     if pairs.dtype.is_floating_point or pairs.dtype == torch.bool:
         raise TypeError(f"{name} must hold integer node ids, got dtype {pairs.dtype}")
-    if pairs.numel() == 0 or _checked_before_copy(pairs, num_nodes):
+
+
+def check_node_pairs(name: str, pairs: Tensor, num_nodes: int) -> None:
+    """ValueError unless ``pairs`` is a ``[2, E]`` integer tensor of node ids in ``[0, num_nodes)``, naming
+    the ids found. It reads the ids: call it on host data, before the copy to a device (the training loop
+    does, :func:`kmipgt.train.task.batch_to_device`); a model checks with :func:`assert_node_pairs`."""
+    _check_pairs_shape(name, pairs)
+    if pairs.numel() == 0:
         return
     low, high = (int(v) for v in torch.aminmax(pairs))
     if low < 0 or high >= num_nodes:
@@ -92,27 +73,52 @@ def check_node_pairs(name: str, pairs: Tensor, num_nodes: int) -> None:
         )
 
 
+def assert_node_pairs(name: str, pairs: Tensor, num_nodes: int) -> None:
+    """ValueError unless ``pairs`` is a ``[2, E]`` integer tensor of node ids in ``[0, num_nodes)``; on a
+    device, or in a compiled or exported model, the range is a RuntimeError raised asynchronously.
+
+    Indexing would wrap a negative id around to the last nodes silently, and an id ``>= N`` fails deep
+    inside a scatter with a message that names neither the tensor nor the node count. The range check is
+    an assertion (``torch._assert_async``) that the host never waits for on CUDA, and that a compiled or
+    exported model keeps; there a failed one is reported at the next synchronisation, as a device-side
+    assertion (the training loop checks each batch on the host first, :func:`check_node_pairs`).
+    """
+    _check_pairs_shape(name, pairs)
+    in_range = ((pairs >= 0) & (pairs < num_nodes)).all()
+    if torch.compiler.is_compiling():
+        # The node count is symbolic there: formatting it would specialise the graph to one size.
+        torch._assert_async(in_range, f"{name} must hold node ids in [0, N) for its N nodes")
+        return
+    try:
+        torch._assert_async(in_range, f"{name} must hold node ids in [0, {num_nodes})")
+    except RuntimeError:  # raised at once on the CPU: name the ids found
+        check_node_pairs(name, pairs, num_nodes)
+        raise
+
+
 def readout(
     h: Tensor,
     task: str,
     pooling: str = "mean",
     batch: Tensor | None = None,
     edge_label_index: Tensor | None = None,
+    layout: RaggedLayout | None = None,
 ) -> Tensor:
     r"""Node embeddings ``h [N, C]`` -> what the head sees for ``task`` (one of :data:`TASKS`).
 
-    ``"node"``: ``h`` itself; ``"graph"``: mean or sum pooling per graph of ``batch``, ``[G, C]``;
+    ``"node"``: ``h`` itself; ``"graph"``: mean or sum pooling per graph of ``batch``, ``[G, C]`` (``G``
+    from ``layout``, the graphs of ``batch``, where given: PyG would read it from ``batch`` on the device);
     ``"edge"``: :math:`\mathbf{h}_u \odot \mathbf{h}_v` for each pair of ``edge_label_index``, ``[E', C]``.
     """
     if task == "graph":
         pool = global_mean_pool if pooling == "mean" else global_add_pool
         # The graph count from the batch's layout: PyG would read it off the device (batch.max() + 1).
-        size = None if batch is None else layout_of(h.shape[0], h.device, batch).num_graphs
+        size = None if layout is None else layout.num_graphs
         return pool(h, batch, size=size)
     if task == "edge":
         if edge_label_index is None:
             raise ValueError("edge_label_index [2, E'] is required for task='edge'")
-        check_node_pairs("edge_label_index", edge_label_index, h.shape[0])
+        assert_node_pairs("edge_label_index", edge_label_index, h.shape[0])
         return h[edge_label_index[0]] * h[edge_label_index[1]]
     return h
 
@@ -152,10 +158,18 @@ class _ReadoutModel(torch.nn.Module):
     def forward(
         self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None, edge_attr: Tensor | None = None,
         lappe: Tensor | None = None, rwse: Tensor | None = None, edge_label_index: Tensor | None = None,
+        ptr: Tensor | None = None,
     ) -> Tensor:
-        """Predictions: ``[N, out]`` (node), ``[G, out]`` (graph) or ``[E', out]`` (edge)."""
-        h = self.embed(x, edge_index, batch, edge_attr=edge_attr, lappe=lappe, rwse=rwse)
-        return self.head(readout(h, self.task, self.pooling, batch, edge_label_index))
+        """Predictions: ``[N, out]`` (node), ``[G, out]`` (graph) or ``[E', out]`` (edge).
+
+        ``ptr``: the ``[G + 1]`` graph offsets of ``batch`` (PyG's ``Batch.ptr``), best on the CPU, as the
+        loader makes them: the attention and the pooling then read the batch's graphs without waiting for
+        the device, and a compiled or exported model needs it for a ``batch`` of several graphs. Without it
+        the graphs are read back from ``batch``.
+        """
+        layout = batch_layout(x.shape[0], x.device, ptr=ptr, batch=batch)
+        h = self.embed(x, edge_index, batch, edge_attr=edge_attr, lappe=lappe, rwse=rwse, layout=layout)
+        return self.head(readout(h, self.task, self.pooling, batch, edge_label_index, layout))
 
 
 class GraphTransformer(_ReadoutModel):
@@ -281,14 +295,17 @@ class GraphTransformer(_ReadoutModel):
     def embed(
         self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None, edge_attr: Tensor | None = None,
         lappe: Tensor | None = None, rwse: Tensor | None = None, num_source_nodes: int | None = None,
+        layout: RaggedLayout | None = None,
     ) -> Tensor:
         """Node embeddings ``[N, channels]`` after the last GPS layer.
 
         ``num_source_nodes``: the rows edge sources may index (default ``N``). More where the local MPNNs
         read their messages' sources from extended rows, as on a graph partition whose MPNN inputs are
         the own nodes followed by a halo from other ranks (:mod:`kmipgt.distributed.graph_model`).
+        ``layout``: the graphs of ``batch`` (:func:`~kmipgt.ops.ragged.batch_layout`), built once and read by
+        every layer.
         """
-        check_node_pairs("edge_index", edge_index, num_source_nodes or x.shape[0])
+        assert_node_pairs("edge_index", edge_index, num_source_nodes or x.shape[0])
         h = self.node_encoder(x, lappe=lappe, rwse=rwse)
         e = self.edge_encoder(edge_attr, edge_index.size(1)) if self.edge_encoder is not None else None
         qk = None
@@ -298,8 +315,9 @@ class GraphTransformer(_ReadoutModel):
         for layer in self.layers:
             if recompute:
                 h, e = torch.utils.checkpoint.checkpoint(
-                    layer, h, edge_index, batch=batch, edge_attr=e, qk_x=qk, use_reentrant=False
+                    layer, h, edge_index, batch=batch, edge_attr=e, qk_x=qk, layout=layout,
+                    use_reentrant=False,
                 )
             else:
-                h, e = layer(h, edge_index, batch=batch, edge_attr=e, qk_x=qk)
+                h, e = layer(h, edge_index, batch=batch, edge_attr=e, qk_x=qk, layout=layout)
         return h if self.norm_out is None else self.norm_out(h)

@@ -6,7 +6,7 @@ model: ``kmip_attention(q, k, v, k=16, batch=batch)``.
 
 from kmipgt.ops.attention import AttentionSelection, kmip_attention
 from kmipgt.ops.full_softmax import full_attention, full_attention_topk
-from kmipgt.ops.ragged import RaggedLayout, attach_layout, graph_ptr, layout_of
+from kmipgt.ops.ragged import RaggedLayout, graph_ptr
 from kmipgt.ops.search.dispatch import APPROXIMATE_BACKENDS, SEARCH_BACKENDS, topk_inner_product
 from kmipgt.ops.search.ivf_common import ProbeCalibration
 
@@ -16,11 +16,9 @@ __all__ = [
     "AttentionSelection",
     "ProbeCalibration",
     "RaggedLayout",
-    "attach_layout",
     "full_attention",
     "full_attention_topk",
     "graph_ptr",
     "kmip_attention",
-    "layout_of",
     "topk_inner_product",
 ]

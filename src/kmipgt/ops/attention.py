@@ -64,7 +64,11 @@ def _check_value(key: Tensor, value: Tensor) -> None:
             f"`value` must have shape [N, H, d_v] = [{key.shape[0]}, {key.shape[1]}, d_v], "
             f"got {tuple(value.shape)}"
         )
-    if value.dtype != key.dtype or value.device != key.device:
+    if value.device != key.device:
+        raise TypeError("`value` must share dtype and device with `query`")
+    # Under autocast the values may be left in another dtype (an identity value projection): the
+    # operators' autocast policy casts them (kmipgt.ops.library.attention_dtypes).
+    if value.dtype != key.dtype and not torch.is_autocast_enabled(key.device.type):
         raise TypeError("`value` must share dtype and device with `query`")
 
 
@@ -85,17 +89,37 @@ def checked_layout(
     """The checks shared by the attention functions (``value`` None: no value).
 
     Returns the queries' graph offsets and the keys' (:func:`~kmipgt.ops.ragged.key_graph_ptr`: None where
-    they are the queries'). A ``layout`` was validated when it was built and is not checked again.
+    they are the queries'). A ``layout`` was validated when it was built and is not checked again. While
+    a model is compiled or exported only what shapes and dtypes tell is checked (values are not known
+    there): the offsets come from ``layout`` or ``ptr``/``key_ptr`` as given, unvalidated.
     """
     check_query_key(query, key, k)
     if value is not None:
         _check_value(key, value)
     _check_scale_dropout(scale, dropout_p)
+    if torch.compiler.is_compiling():
+        return _traced_offsets(ptr, batch, key_ptr, key_batch, layout)
     ptr, key_ptr = search_layout(query, key, ptr, batch, key_ptr, key_batch, layout)
     if check_finite:
         named = {"query": query, "key": key, "value": value}
         require_finite(**{name: tensor for name, tensor in named.items() if tensor is not None})
     return ptr, key_ptr
+
+
+def _traced_offsets(
+    ptr: Tensor | None, batch: Tensor | None, key_ptr: Tensor | None, key_batch: Tensor | None,
+    layout: RaggedLayout | None,
+) -> tuple[Tensor | None, Tensor | None]:
+    """The CPU offsets of a compiled call, read from no value: ``layout``'s, else ``ptr``/``key_ptr``
+    (None: one graph, the queries' layout)."""
+    if batch is not None or key_batch is not None:
+        raise ValueError(
+            "a compiled or exported attention call takes its graphs as `layout` or `ptr`/`key_ptr` (graph "
+            "offsets): sorted `batch`/`key_batch` ids would have to be read"
+        )
+    if layout is not None:
+        return layout.ptr, None
+    return (None if ptr is None else ptr.cpu().long()), (None if key_ptr is None else key_ptr.cpu().long())
 
 
 class _SelectedSoftmaxAttention(torch.autograd.Function):

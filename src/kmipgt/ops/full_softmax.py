@@ -11,6 +11,15 @@ from torch import Tensor
 
 from kmipgt.ops.attention import AttentionSelection, checked_layout, empty_selection
 from kmipgt.ops.gathers import accumulate_dtype, gathered_dot
+from kmipgt.ops.library import (
+    attention_dtypes,
+    dropout_seed,
+    layout_arguments,
+    op_layout,
+    recording_autograd,
+    replayable_dropout,
+    without_autocast,
+)
 from kmipgt.ops.ragged import GraphBlock, RaggedLayout, graph_blocks, node_graph_bounds
 from kmipgt.ops.search.blockwise import MIN_BLOCK_NODES
 from kmipgt.ops.search.dispatch import topk_inner_product
@@ -51,18 +60,85 @@ def full_attention(
         query, key, value, 1, ptr, batch, scale, dropout_p, check_finite, key_ptr=key_ptr,
         key_batch=key_batch, layout=layout,
     )
+    query, key, value = attention_dtypes(query, key, value)
+    scale = query.shape[-1] ** -0.5 if scale is None else float(scale)
+    dropout_p = float(dropout_p)
+    arguments = layout_arguments(layout, ptr, key_ptr)
+    seed = dropout_seed(dropout_p)
+    return torch.ops.kmipgt.full_attention(query, key, value, *arguments, scale, dropout_p, seed)
+
+
+@torch.library.custom_op("kmipgt::full_attention", mutates_args=())
+def _full_attention_op(
+    query: Tensor, key: Tensor, value: Tensor, ptr: Tensor | None, key_ptr: Tensor | None,
+    device_ptr: Tensor | None, scale: float, dropout_p: float, seed: Tensor | None,
+) -> Tensor:
+    """:func:`full_attention` on checked inputs: ``ptr``/``key_ptr`` CPU offsets (None: one graph, the
+    queries'), ``device_ptr`` ``ptr`` on the device (None: copied), the dropout drawn from ``seed``."""
+    with without_autocast(query.device), replayable_dropout(seed, query.device):
+        return _full_attention(query, key, value, ptr, key_ptr, device_ptr, scale, dropout_p)
+
+
+@_full_attention_op.register_fake
+def _(query, key, value, ptr, key_ptr, device_ptr, scale, dropout_p, seed):
+    return value.new_empty(query.shape[0], value.shape[1], value.shape[2])
+
+
+@torch.library.custom_op("kmipgt::full_attention_backward", mutates_args=())
+def _full_attention_backward_op(
+    grad_out: Tensor, query: Tensor, key: Tensor, value: Tensor, ptr: Tensor | None, key_ptr: Tensor | None,
+    device_ptr: Tensor | None, scale: float, dropout_p: float, seed: Tensor | None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Gradients of :func:`full_attention` with respect to query, key and value, by recomputing the forward
+    (the same dropout masks: the same ``seed``) and differentiating it; memory as the forward's."""
+    inputs = [t.detach().requires_grad_() for t in (query, key, value)]
+    with recording_autograd(), without_autocast(query.device), replayable_dropout(seed, query.device):
+        out = _full_attention(*inputs, ptr, key_ptr, device_ptr, scale, dropout_p)
+        grads = torch.autograd.grad(out, inputs, grad_out.to(out.dtype), allow_unused=True)
+    return tuple(torch.zeros_like(t) if g is None else g for g, t in zip(grads, inputs, strict=True))
+
+
+@_full_attention_backward_op.register_fake
+def _(grad_out, query, key, value, ptr, key_ptr, device_ptr, scale, dropout_p, seed):
+    return torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
+
+
+def _save_full_attention_inputs(ctx, inputs, output) -> None:
+    query, key, value, ptr, key_ptr, device_ptr, scale, dropout_p, seed = inputs
+    ctx.save_for_backward(query, key, value, ptr, key_ptr, device_ptr, seed)
+    ctx.scale, ctx.dropout_p = scale, dropout_p
+
+
+def _full_attention_grads(ctx, grad_out):
+    query, key, value, ptr, key_ptr, device_ptr, seed = ctx.saved_tensors
+    grads = torch.ops.kmipgt.full_attention_backward(
+        grad_out, query, key, value, ptr, key_ptr, device_ptr, ctx.scale, ctx.dropout_p, seed
+    )
+    return (*grads, None, None, None, None, None, None)
+
+
+_full_attention_op.register_autograd(_full_attention_grads, setup_context=_save_full_attention_inputs)
+
+
+def _full_attention(
+    query: Tensor, key: Tensor, value: Tensor, ptr: Tensor | None, key_ptr: Tensor | None,
+    device_ptr: Tensor | None, scale: float, dropout_p: float,
+) -> Tensor:
+    """Full attention by padded SDPA per size bucket (or per block of graphs where the keys have their own
+    layout), in the queries' and keys' dtype (values are cast to it and the output back)."""
+    out_dtype, value = value.dtype, value.to(query.dtype)
     if query.shape[0] == 0:
-        return value.new_zeros(0, value.shape[1], value.shape[2])
+        return value.new_zeros(0, value.shape[1], value.shape[2], dtype=out_dtype)
     if key_ptr is not None:
-        return _blockwise_full_attention(query, key, value, ptr, key_ptr, scale, dropout_p)
-    layout = RaggedLayout(ptr, query.device) if layout is None else layout
+        return _blockwise_full_attention(query, key, value, ptr, key_ptr, scale, dropout_p).to(out_dtype)
+    layout = op_layout(query.shape[0], ptr, device_ptr, query.device)
     buckets = layout.derived("sdpa_buckets", _size_buckets)
     if len(buckets) == 1 and buckets[0].rows is None:
-        return _padded_sdpa(query, key, value, buckets[0], scale, dropout_p)
+        return _padded_sdpa(query, key, value, buckets[0], scale, dropout_p).to(out_dtype)
     out = value.new_empty(query.shape[0], value.shape[1], value.shape[2])
     for bucket in buckets:
         out[bucket.rows] = _padded_sdpa(query, key, value, bucket, scale, dropout_p)
-    return out
+    return out.to(out_dtype)
 
 
 class _SizeBucket(NamedTuple):

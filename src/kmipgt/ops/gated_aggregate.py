@@ -4,7 +4,8 @@ Written with autograd ops, ``sigmoid``, the gather ``Bh[src]``, their product an
 or allocate an ``[E, C]`` tensor (the gate and the gathered messages are saved for backward), which made
 GatedGCN the largest consumer of training memory on road graphs (docs/scaling.md). Here the gate is
 recomputed from the gate logits, which the caller keeps anyway (its edge BatchNorm saves them), and every
-``[E, C]`` intermediate lives for one chunk of edges only.
+``[E, C]`` intermediate lives for one chunk of edges only. The chunk loops run inside ``torch.library``
+operators (``torch.ops.kmipgt.gated_mean`` and its backward), so a compiled model sees one operator each.
 """
 
 from __future__ import annotations
@@ -24,38 +25,65 @@ def _chunks(num_edges: int, channels: int):
         yield slice(start, min(start + step, num_edges))
 
 
-class _GatedMean(torch.autograd.Function):
-    @staticmethod
-    def forward(
-        ctx, logits: Tensor, messages: Tensor, src: Tensor, dst: Tensor, num_targets: int, eps: float
-    ) -> Tensor:
-        dtype = torch.promote_types(logits.dtype, messages.dtype)
-        num = torch.zeros((num_targets, messages.shape[1]), dtype=dtype, device=messages.device)
-        den = torch.zeros_like(num)
-        for rows in _chunks(logits.shape[0], logits.shape[1]):
-            gate = torch.sigmoid(logits[rows]).to(dtype)
-            den.index_add_(0, dst[rows], gate)
-            num.index_add_(0, dst[rows], gate.mul_(messages[src[rows]]))
-        den += eps
-        out = num.div_(den)
-        ctx.save_for_backward(logits, messages, src, dst, den, out)
-        return out
+@torch.library.custom_op("kmipgt::gated_mean", mutates_args=())
+def _gated_mean_op(
+    logits: Tensor, messages: Tensor, src: Tensor, dst: Tensor, num_targets: int, eps: float
+) -> tuple[Tensor, Tensor]:
+    """The gated mean ``[num_targets, C]`` and the gate sums plus ``eps`` it divided by (for the backward)."""
+    dtype = torch.promote_types(logits.dtype, messages.dtype)
+    num = torch.zeros((num_targets, messages.shape[1]), dtype=dtype, device=messages.device)
+    den = torch.zeros_like(num)
+    for rows in _chunks(logits.shape[0], logits.shape[1]):
+        gate = torch.sigmoid(logits[rows]).to(dtype)
+        den.index_add_(0, dst[rows], gate)
+        num.index_add_(0, dst[rows], gate.mul_(messages[src[rows]]))
+    den += eps
+    return num.div_(den), den
 
-    @staticmethod
-    def backward(ctx, grad_out: Tensor):
-        logits, messages, src, dst, den, out = ctx.saved_tensors
-        # out = num / den: d out / d num = 1 / den, d out / d den = -out / den.
-        grad_num = grad_out / den
-        grad_den = -grad_num * out
-        grad_logits = torch.empty_like(logits)
-        grad_messages = torch.zeros(messages.shape, dtype=grad_num.dtype, device=grad_num.device)
-        for rows in _chunks(logits.shape[0], logits.shape[1]):
-            gate = torch.sigmoid(logits[rows]).to(grad_num.dtype)
-            grad_num_edge = grad_num[dst[rows]]
-            grad_gate = grad_num_edge * messages[src[rows]] + grad_den[dst[rows]]
-            grad_logits[rows] = grad_gate * gate * (1 - gate)
-            grad_messages.index_add_(0, src[rows], grad_num_edge.mul_(gate))
-        return grad_logits, grad_messages.to(messages.dtype), None, None, None, None
+
+@_gated_mean_op.register_fake
+def _(logits, messages, src, dst, num_targets, eps):
+    dtype = torch.promote_types(logits.dtype, messages.dtype)
+    out = messages.new_empty((num_targets, messages.shape[1]), dtype=dtype)
+    return out, torch.empty_like(out)
+
+
+@torch.library.custom_op("kmipgt::gated_mean_backward", mutates_args=())
+def _gated_mean_backward_op(
+    grad_out: Tensor, logits: Tensor, messages: Tensor, src: Tensor, dst: Tensor, den: Tensor, out: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Gradients of the gated mean with respect to ``logits`` and ``messages``, the gate recomputed."""
+    # out = num / den: d out / d num = 1 / den, d out / d den = -out / den.
+    grad_num = grad_out / den
+    grad_den = -grad_num * out
+    grad_logits = torch.empty_like(logits)
+    grad_messages = torch.zeros(messages.shape, dtype=grad_num.dtype, device=grad_num.device)
+    for rows in _chunks(logits.shape[0], logits.shape[1]):
+        gate = torch.sigmoid(logits[rows]).to(grad_num.dtype)
+        grad_num_edge = grad_num[dst[rows]]
+        grad_gate = grad_num_edge * messages[src[rows]] + grad_den[dst[rows]]
+        grad_logits[rows] = grad_gate * gate * (1 - gate)
+        grad_messages.index_add_(0, src[rows], grad_num_edge.mul_(gate))
+    return grad_logits, grad_messages.to(messages.dtype)
+
+
+@_gated_mean_backward_op.register_fake
+def _(grad_out, logits, messages, src, dst, den, out):
+    return torch.empty_like(logits), torch.empty_like(messages)
+
+
+def _save_gated_mean(ctx, inputs, output) -> None:
+    logits, messages, src, dst, _, _ = inputs
+    out, den = output
+    ctx.save_for_backward(logits, messages, src, dst, den, out)
+
+
+def _gated_mean_grads(ctx, grad_out, _grad_den):
+    grads = torch.ops.kmipgt.gated_mean_backward(grad_out, *ctx.saved_tensors)
+    return (*grads, None, None, None, None)
+
+
+_gated_mean_op.register_autograd(_gated_mean_grads, setup_context=_save_gated_mean)
 
 
 def gated_mean(
@@ -77,4 +105,4 @@ def gated_mean(
     """
     src, dst = edge_index
     rows = messages.shape[0] if num_targets is None else num_targets
-    return _GatedMean.apply(logits, messages, src, dst, rows, eps)
+    return torch.ops.kmipgt.gated_mean(logits, messages, src, dst, rows, float(eps))[0]

@@ -7,23 +7,20 @@ so that many small graphs cost one matmul instead of one Python iteration each.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from kmipgt.ops.tensor_memo import TensorMemo
-
 __all__ = [
     "GraphBlock",
     "RaggedLayout",
-    "attach_layout",
+    "batch_layout",
     "graph_blocks",
     "graph_ptr",
     "key_graph_ptr",
-    "layout_of",
     "node_graph_bounds",
+    "same_device",
 ]
 
 
@@ -167,32 +164,44 @@ def node_graph_bounds(
 
 
 class RaggedLayout:
-    """The graphs of a node-major batch, computed once from its CPU offsets and shared by every layer.
+    """The graphs of a node-major batch, as the host and the device each read them.
 
-    Host facts (``ptr``, ``num_graphs``, ``max_nodes``) let kernels size their grids and pick a path
+    Host facts (``ptr``, ``num_nodes``, ``max_nodes``) let kernels size their grids and pick a path
     without reading the device; device tensors (``device_ptr`` and what :meth:`derived` caches) are copied
-    without blocking. Every attention layer and both passes of a step read the same layout, so the
-    offsets are validated once, and k-MIP (fused kernels, Triton search) and full attention on CUDA need
-    no host sync for them.
+    without blocking. A model builds the layout once per forward from the loader's CPU offsets and passes
+    it to every layer, so the offsets are validated once and k-MIP (fused kernels, Triton search) and full
+    attention on CUDA need no host sync for them.
+
+    Building one reads no values (``num_nodes`` and ``max_nodes`` are read from ``ptr`` at their first use),
+    so a compiled or exported model builds it from its ``ptr`` input like any other tensor op.
 
     Args:
-        ptr: ``[G + 1]`` validated CPU int64 offsets (:meth:`from_ptr` validates).
-        device: where the batch lives.
+        ptr: ``[G + 1]`` CPU int64 offsets (:meth:`from_ptr` validates them).
+        device: where the batch lives (default: ``device_ptr``'s device, else the CPU).
+        device_ptr: the same offsets on ``device`` where the caller has them (else copied at first use).
     """
 
-    def __init__(self, ptr: Tensor, device: torch.device | str = "cpu"):
-        if ptr.device.type != "cpu" or ptr.dtype != torch.long or ptr.dim() != 1 or ptr.numel() == 0:
+    def __init__(
+        self, ptr: Tensor, device: torch.device | str | None = None, *, device_ptr: Tensor | None = None
+    ):
+        if ptr.device.type != "cpu" or ptr.dtype != torch.long or ptr.dim() != 1 or ptr.shape[0] == 0:
             raise ValueError(
                 "RaggedLayout takes [G + 1] int64 CPU offsets (RaggedLayout.from_ptr validates and moves any "
                 f"ptr or batch), got {ptr.dtype} of shape {tuple(ptr.shape)} on {ptr.device}"
             )
+        if device is None:
+            device = "cpu" if device_ptr is None else device_ptr.device
         self.ptr = ptr
         self.device = torch.device(device)
-        self.num_nodes = int(ptr[-1])
-        self.num_graphs = ptr.numel() - 1
-        sizes = ptr.diff()
-        self.max_nodes = int(sizes.max()) if self.num_graphs else 0
+        self.num_graphs = ptr.shape[0] - 1
         self._derived: dict[str, object] = {}
+        if device_ptr is not None:
+            if device_ptr.shape != ptr.shape or not same_device(device_ptr.device, self.device):
+                raise ValueError(
+                    f"`device_ptr` must be the [{self.num_graphs + 1}] offsets on {self.device}, got shape "
+                    f"{tuple(device_ptr.shape)} on {device_ptr.device}"
+                )
+            self._derived["device_ptr"] = device_ptr
 
     @classmethod
     def from_ptr(
@@ -205,11 +214,23 @@ class RaggedLayout:
         """
         return cls(graph_ptr(num_nodes, ptr=ptr, batch=batch), device)
 
+    @property
+    def num_nodes(self) -> int:
+        """N, the rows of the batch (read from the host offsets)."""
+        return self.derived("num_nodes", lambda layout: int(layout.ptr[-1]))
+
+    @property
+    def max_nodes(self) -> int:
+        """The largest graph's size (0 without graphs), read from the host offsets."""
+        return self.derived(
+            "max_nodes", lambda layout: int(layout.ptr.diff().max()) if layout.num_graphs else 0
+        )
+
     def to_device(self, tensor: Tensor) -> Tensor:
         """A CPU tensor on the layout's device, copied from pinned memory without blocking the host."""
         if self.device.type == "cpu":
             return tensor
-        if self.device.type == "cuda":
+        if self.device.type == "cuda" and not torch.compiler.is_compiling():
             tensor = tensor.pin_memory()
         return tensor.to(self.device, non_blocking=True)
 
@@ -243,11 +264,6 @@ class RaggedLayout:
         )
 
 
-# Layouts remembered per batch tensor, so that the layers of one forward and the recomputation of
-# activation checkpointing find the one computed for the batch.
-_LAYOUTS: TensorMemo[RaggedLayout] = TensorMemo(keep_inference=True)
-
-
 def same_device(a: torch.device, b: torch.device) -> bool:
     """Whether ``a`` and ``b`` name one device (``cuda`` and ``cuda:0`` do on a default device 0)."""
     a, b = torch.device(a), torch.device(b)
@@ -259,34 +275,28 @@ def same_device(a: torch.device, b: torch.device) -> bool:
     return a.index == b.index
 
 
-def attach_layout(batch: Tensor, layout: RaggedLayout) -> None:
-    """Remember ``layout`` as the layout of the ``[N]`` graph-id tensor ``batch`` (read by
-    :func:`layout_of`); the loader calls it with the layout built from its CPU ``ptr``."""
-    if layout.num_nodes != batch.numel():
-        raise ValueError(f"the layout holds {layout.num_nodes} nodes, `batch` {batch.numel()}")
-    if not same_device(layout.device, batch.device):
-        raise ValueError(f"the layout is for {layout.device}, `batch` is on {batch.device}")
-    _LAYOUTS.remember(batch, layout)
+def batch_layout(
+    num_nodes: int, device: torch.device, *, ptr: Tensor | None = None, batch: Tensor | None = None
+) -> RaggedLayout | None:
+    """The layout a model's forward passes to its layers: from ``ptr``, else ``batch``; None for one graph.
 
-
-def layout_of(num_nodes: int, device: torch.device, batch: Tensor | None = None) -> RaggedLayout:
-    """The layout of ``num_nodes`` rows on ``device`` grouped by ``batch`` (None: one graph).
-
-    The layout attached to ``batch`` (:func:`attach_layout`) or computed here at its first use; it is
-    computed again only if ``batch`` was changed in place. Computing it from a CUDA ``batch`` reads the
-    ids back to the host once.
+    ``ptr``: ``[G + 1]`` graph offsets, best the loader's CPU copy (``Batch.ptr`` before the batch moves):
+    a device ``ptr`` is read back to the host once, and ``batch`` (sorted graph ids) once more. Offsets are
+    validated unless the model is being compiled or exported, which passes ``ptr`` as it passes every
+    shape (a sorted ``batch`` alone would have to be read back there).
     """
-    device = torch.device(device)
-    if batch is None:
-        return _single_graph_layout(num_nodes, device)
-    layout = _LAYOUTS.recall(batch)
-    if layout is not None and layout.num_nodes == num_nodes and same_device(layout.device, device):
-        return layout
-    layout = RaggedLayout.from_ptr(num_nodes, device, batch=batch)
-    _LAYOUTS.remember(batch, layout)
-    return layout
-
-
-@functools.lru_cache(maxsize=16)
-def _single_graph_layout(num_nodes: int, device: torch.device) -> RaggedLayout:
-    return RaggedLayout(torch.tensor([0, num_nodes]), device)
+    if ptr is None and batch is None:
+        return None
+    if torch.compiler.is_compiling():
+        if ptr is None:
+            raise ValueError(
+                "a compiled or exported model needs `ptr`, the [G + 1] graph offsets (Batch.ptr), "
+                "beside `batch`"
+            )
+        if ptr.device.type == "cpu":
+            return RaggedLayout(ptr.long(), device)
+        return RaggedLayout(ptr.long().cpu(), device, device_ptr=ptr.long())
+    # Given `ptr`, `batch` is not compared with it: that would read `batch` back from the device.
+    host = graph_ptr(num_nodes, ptr=ptr) if ptr is not None else graph_ptr(num_nodes, batch=batch)
+    on_device = ptr is not None and ptr.device.type != "cpu" and same_device(ptr.device, device)
+    return RaggedLayout(host, device, device_ptr=ptr.long() if on_device else None)

@@ -15,15 +15,16 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Batch, Data
 
-from kmipgt.nn.model import mark_node_pairs_checked
-from kmipgt.ops.ragged import RaggedLayout, attach_layout
+# The attribute under which a batch on a device keeps its CPU graph offsets, which the model reads on the
+# host (kmipgt.train.task.forward).
+HOST_PTR = "host_ptr"
 
-__all__ = ["ResidentGraphs"]
+__all__ = ["HOST_PTR", "ResidentGraphs"]
 
 
 def _check_own_nodes(full: Batch) -> None:
     """ValueError unless each graph's ``edge_index`` of the collated ``full`` holds ids of its own nodes (then
-    so does every batch cut from it, and the model need not read the cut's ids back from the device)."""
+    so does every batch cut from it, on the device without a check on the host)."""
     edge_index, ptr = full.edge_index.cpu(), full.ptr.cpu()
     counts = full._slice_dict["edge_index"].diff()
     graph = torch.repeat_interleave(torch.arange(counts.numel()), counts, output_size=edge_index.shape[1])
@@ -82,8 +83,7 @@ class ResidentGraphs:
                 self._node_indices.add(key)
         self.num_graphs = len(graphs)
         self._base_class = type(graphs[0])
-        self._edges_checked = isinstance(getattr(full, "edge_index", None), Tensor)
-        if self._edges_checked:
+        if isinstance(getattr(full, "edge_index", None), Tensor):
             _check_own_nodes(full)
         self.full = full.to(self.device)
 
@@ -142,9 +142,7 @@ class ResidentGraphs:
         graph_ids = torch.arange(size, device=self.device)
         out.batch = torch.repeat_interleave(graph_ids, moved[1], output_size=int(slices[0][-1]))
         out.ptr = moved[-2]
-        attach_layout(out.batch, RaggedLayout(slices[0], self.device))
-        if self._edges_checked:
-            mark_node_pairs_checked(out.edge_index, int(slices[0][-1]))
+        setattr(out, HOST_PTR, slices[0])
         out._slice_dict = {key: out_slices[key] for key in self._keys}
         out._inc_dict = {key: out_increments[key] for key in self._keys}
         out._num_graphs = size

@@ -24,13 +24,13 @@ from torch_geometric.utils import negative_sampling
 from kmipgt.distributed.collect import gather_rows
 from kmipgt.distributed.launch import Ranks
 from kmipgt.distributed.sampling import GeneratorDistributedSampler, evaluation_share, rank_batch_size
-from kmipgt.nn.model import check_node_pairs, mark_node_pairs_checked
-from kmipgt.ops.ragged import RaggedLayout, attach_layout
+from kmipgt.nn.model import check_node_pairs
+from kmipgt.ops.ragged import graph_ptr
 from kmipgt.train.config import Config
 from kmipgt.train.datasets import SPLITS, PreparedData, label_columns, node_coords
 from kmipgt.train.metric_accumulators import SplitScores, accumulates
 from kmipgt.train.metrics import compute_metric
-from kmipgt.train.resident import ResidentGraphs
+from kmipgt.train.resident import HOST_PTR, ResidentGraphs
 from kmipgt.train.segmentation_metrics import SHAPE_METRICS, shape_parts
 
 __all__ = [
@@ -51,36 +51,39 @@ __all__ = [
 def forward(model: torch.nn.Module, batch: Data) -> torch.Tensor:
     """``model``'s output on a graph, mini-batch or link split, passing the inputs it carries.
 
-    The mini-batch vector (graph level) and the scored pairs (edge level) are read where present, so one
-    call serves every level and the saved-token dump alike.
+    The mini-batch vector and its graph offsets (graph level; the host copy of :func:`batch_to_device`
+    where there is one) and the scored pairs (edge level) are read where present, so one call serves every
+    level and the saved-token dump alike.
     """
+    graphs = getattr(batch, "batch", None)
     return model(
         batch.x,
         batch.edge_index,
-        batch=getattr(batch, "batch", None),
+        batch=graphs,
         edge_attr=batch.edge_attr,
         lappe=getattr(batch, "lappe", None),
         rwse=getattr(batch, "rwse", None),
         edge_label_index=getattr(batch, "edge_label_index", None),
+        ptr=None if graphs is None else getattr(batch, HOST_PTR, getattr(batch, "ptr", None)),
     )
 
 
+
 def batch_to_device(batch: Data, device: torch.device) -> Data:
-    """``batch`` on ``device``; a mini-batch of graphs takes along its layout, built from the loader's CPU
-    ``ptr``, so that no attention layer reads the graph offsets back from the device
-    (:func:`kmipgt.ops.ragged.attach_layout`), and host edges are checked here, so that the model does not
-    read them back to check them (:func:`kmipgt.nn.model.mark_node_pairs_checked`)."""
+    """``batch`` on ``device``, its edges checked on the host first (the model only asserts their range on
+    the device). A mini-batch of graphs keeps the loader's CPU ``ptr``, validated and pinned, as
+    ``host_ptr``: :func:`forward` passes it to the model, so that no layer reads the graph offsets back
+    from the device."""
     ptr = getattr(batch, "ptr", None)
-    layout = None if ptr is None else RaggedLayout.from_ptr(batch.num_nodes, device, ptr=ptr)
+    if ptr is not None:
+        ptr = graph_ptr(batch.num_nodes, ptr=ptr)
+        ptr = ptr.pin_memory() if torch.device(device).type == "cuda" else ptr
     edge_index = getattr(batch, "edge_index", None)
-    on_host = isinstance(edge_index, torch.Tensor) and edge_index.device.type == "cpu"
-    if on_host:
+    if isinstance(edge_index, torch.Tensor) and edge_index.device.type == "cpu":
         check_node_pairs("edge_index", edge_index, batch.num_nodes)
     moved = batch.to(device, non_blocking=True)
-    if layout is not None:
-        attach_layout(moved.batch, layout)
-    if on_host:
-        mark_node_pairs_checked(moved.edge_index, batch.num_nodes)
+    if ptr is not None:
+        setattr(moved, HOST_PTR, ptr)
     return moved
 
 

@@ -1,0 +1,133 @@
+"""What the ``kmipgt`` custom operators share: a batch's layout as operator arguments, the autocast policy,
+and dropout that the backward can replay.
+
+The attention functions of :mod:`kmipgt.ops` run through operators registered with ``torch.library``
+(``torch.ops.kmipgt.*``), each with a fake implementation that gives output shapes from input shapes and
+host ints alone, so that ``torch.compile`` and ``torch.export`` see one operator per call instead of the
+host code that routes it. A layout crosses the operator boundary as tensors: the CPU offsets ``ptr`` that
+kernels read on the host, the keys' own offsets where they differ, and the same offsets on the device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from kmipgt.ops.ragged import RaggedLayout
+
+__all__ = [
+    "OpLayout",
+    "attention_dtypes",
+    "dropout_seed",
+    "layout_arguments",
+    "op_layout",
+    "recording_autograd",
+    "replayable_dropout",
+    "without_autocast",
+]
+
+
+class OpLayout(NamedTuple):
+    """A layout as operator arguments: ``ptr`` ``[G + 1]`` CPU offsets of the queries (None: one graph),
+    ``key_ptr`` the keys' (None: the queries'), ``device_ptr`` ``ptr`` on the inputs' device (None: copied
+    where a kernel needs it)."""
+
+    ptr: Tensor | None
+    key_ptr: Tensor | None
+    device_ptr: Tensor | None
+
+
+def layout_arguments(layout: RaggedLayout | None, ptr: Tensor | None, key_ptr: Tensor | None) -> OpLayout:
+    """The operator arguments of a call given either its ``layout`` (device offsets included) or its
+    validated CPU offsets."""
+    if layout is None:
+        return OpLayout(ptr, key_ptr, None)
+    device_ptr = layout.device_ptr if layout.device.type != "cpu" else None
+    return OpLayout(layout.ptr, None, device_ptr)
+
+
+def op_layout(
+    num_nodes: int, ptr: Tensor | None, device_ptr: Tensor | None, device: torch.device
+) -> RaggedLayout:
+    """Inside an operator: the :class:`RaggedLayout` of its arguments (one graph of ``num_nodes`` rows where
+    ``ptr`` is None), with the device offsets the caller passed."""
+    if ptr is None:
+        ptr = torch.tensor([0, num_nodes])
+        device_ptr = None
+    return RaggedLayout(ptr, device, device_ptr=device_ptr)
+
+
+def attention_dtypes(query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The autocast policy of the attention operators: under autocast, queries and keys in float32 (the
+    search and the softmax at float32 accuracy) and values in the autocast dtype (the weighted sum runs
+    in it); outside autocast, the inputs as they are.
+
+    Custom operators are not cast by autocast, so the policy is applied before the call; inside, the
+    operators run with autocast off (:func:`without_autocast`).
+    """
+    device = query.device.type
+    if not torch.is_autocast_enabled(device):
+        return query, key, value
+    low = torch.get_autocast_dtype(device)
+    return query.float(), key.float(), value.to(low)
+
+
+@contextlib.contextmanager
+def without_autocast(device: torch.device) -> Iterator[None]:
+    """Autocast off on ``device``: an operator's kernels compute in the dtypes it was given."""
+    with torch.autocast(device.type, enabled=False):
+        yield
+
+
+def dropout_seed(dropout_p: float) -> Tensor | None:
+    """A CPU seed for the dropout of one operator call (drawn from torch's CPU generator, so
+    ``torch.manual_seed`` fixes it), or None without dropout."""
+    if dropout_p == 0:
+        return None
+    return torch.randint(0, 2**62, (), dtype=torch.long)
+
+
+@contextlib.contextmanager
+def replayable_dropout(seed: Tensor | None, device: torch.device) -> Iterator[None]:
+    """The default generator of ``device`` seeded from ``seed`` within the block and restored after it, so
+    a backward that recomputes the forward draws the same dropout masks; nothing without a seed."""
+    if seed is None:
+        yield
+        return
+    if device.type == "cuda":
+        generator = torch.cuda.default_generators[
+            device.index if device.index is not None else torch.cuda.current_device()
+        ]
+    else:
+        generator = torch.random.default_generator
+    state = generator.get_state()
+    generator.manual_seed(int(seed))
+    try:
+        yield
+    finally:
+        generator.set_state(state)
+
+
+# The dispatch keys of autograd recording: every backend's Autograd key and ADInplaceOrView.
+_AUTOGRAD_KEYS = [
+    key for name, key in torch._C.DispatchKey.__members__.items()
+    if name.startswith("Autograd") or name == "ADInplaceOrView"
+]
+
+
+@contextlib.contextmanager
+def recording_autograd() -> Iterator[None]:
+    """Autograd records again inside an operator's implementation, which the dispatcher runs below
+    autograd: a backward that recomputes its forward and differentiates it (through SDPA's own backward
+    kernels) needs it. ``torch.func.vjp`` would too, but it crashes under a ``TorchDispatchMode`` (a
+    FLOP counter, a sync recorder)."""
+    exclude = torch._C._dispatch_tls_local_exclude_set()
+    for key in _AUTOGRAD_KEYS:
+        exclude = exclude.remove(key)
+    include = torch._C._dispatch_tls_local_include_set()
+    with torch._C._ForceDispatchKeyGuard(include, exclude), torch.enable_grad():
+        yield
