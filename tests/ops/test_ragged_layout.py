@@ -6,10 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import kmipgt.ops.search.backends.triton_search as triton_backend
 from kmipgt.ops import full_attention, kmip_attention
 from kmipgt.ops.ragged import RaggedLayout, attach_layout, layout_of
-from kmipgt.ops.search.registry import auto_backend
 
 
 def _per_graph_sdpa(query, key, value, sizes):
@@ -84,12 +82,6 @@ def test_kmip_attention_with_a_layout_equals_it_with_ptr():
         kmip_attention(query, key, value, 6, layout=layout, ptr=ptr)
     with pytest.raises(ValueError, match="`layout` holds 80 nodes"):
         kmip_attention(query[:10], key[:10], value[:10], 6, layout=layout)
-
-
-def test_auto_never_picks_a_backend_that_cannot_serve_k(monkeypatch):
-    monkeypatch.setattr(triton_backend, "triton_available", lambda: True)
-    assert auto_backend("cuda", torch.float32, k=triton_backend.MAX_TRITON_K).name == "triton"
-    assert auto_backend("cuda", torch.float32, k=triton_backend.MAX_TRITON_K + 1).name == "torch"
 
 
 def test_layouts_of_inference_tensors_are_remembered_too():
