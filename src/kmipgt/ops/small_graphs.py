@@ -25,7 +25,7 @@ from kmipgt.ops.search.cuda_device import shared_memory_limit
 from kmipgt.ops.search.registry import SearchCall
 from kmipgt.ops.triton_attention_plan import AttentionPlan, attention_plan
 
-__all__ = ["CPU_MAX_NODES", "cuda_plan", "fused_small_graph_attention"]
+__all__ = ["CPU_MAX_NODES", "cuda_plan", "fused_kernel_serves", "fused_small_graph_attention"]
 
 # The fused CPU kernel is one task per (graph, head): on one thread it beats the search plus the
 # gathers up to 16,384 nodes (docs/benchmarks.md), but a batch of few large graphs leaves threads idle
@@ -68,6 +68,22 @@ def _cuda_kernel(query: Tensor, value_dim: int, k: int, layout: RaggedLayout):
     )
 
 
+def _kernel(query: Tensor, value_dim: int, k: int, layout: RaggedLayout):
+    if layout.num_nodes == 0:
+        return None
+    if query.device.type == "cpu":
+        return _cpu_kernel(query, k, layout)
+    if query.device.type == "cuda":
+        return _cuda_kernel(query, value_dim, k, layout)
+    return None
+
+
+def fused_kernel_serves(query: Tensor, value: Tensor, k: int, layout: RaggedLayout) -> bool:
+    """Whether :func:`fused_small_graph_attention` runs a fused kernel for these ``[N, H, d]`` queries,
+    ``[N, H, d_v]`` values, ``k`` (at most the largest graph) and layout; decided on host facts alone."""
+    return _kernel(query, value.shape[-1], k, layout) is not None
+
+
 def fused_small_graph_attention(
     query: Tensor, key: Tensor, value: Tensor, k: int, layout: RaggedLayout, scale: float
 ) -> tuple[Tensor, Tensor, Tensor, Tensor] | None:
@@ -84,12 +100,7 @@ def fused_small_graph_attention(
         :func:`~kmipgt.ops.kmip_attention` with ``return_selection`` and no dropout; ``out`` carries the
         gradients to query, key and value.
     """
-    if layout.num_nodes == 0 or query.device.type not in ("cpu", "cuda"):
-        return None
-    if query.device.type == "cpu":
-        kernel = _cpu_kernel(query, k, layout)
-    else:
-        kernel = _cuda_kernel(query, value.shape[-1], k, layout)
+    kernel = _kernel(query, value.shape[-1], k, layout)
     if kernel is None:
         return None
     out, index, score, weight = kernel(query, key, value, scale)
