@@ -54,7 +54,9 @@ def _slot(slots, values, r):
     return tl.sum(tl.where(slots[None, :] == r, values, 0), axis=1)
 
 
-@triton.jit
+# k is a run-time argument that Triton must not specialise (on k = 1 or k divisible by 16) either: then a
+# kernel compiles once per bucket of k (K_PAD), whatever the k of each batch.
+@triton.jit(do_not_specialize=["k"])
 def _forward_kernel(
     query, key, value, ptr, out, out_index, out_score, out_weight,
     q_sn, q_sh, q_sd, k_sn, k_sh, k_sd, v_sn, v_sh, v_sd,
@@ -128,7 +130,7 @@ def _forward_kernel(
     tl.store(out_weight + slot_at, weight, mask=slot_ok)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["k"])
 def _backward_kernel(
     query, key, value, grad_out, ptr, index, weight, grad_query, grad_key, grad_value,
     q_sn, q_sh, q_sd, k_sn, k_sh, k_sd, v_sn, v_sh, v_sd, g_sn, g_sh, g_sd,
