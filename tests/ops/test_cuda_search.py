@@ -45,7 +45,9 @@ def test_triton_serves_head_dims_past_128_within_shared_memory(ragged, dim, dtyp
     )
     ref_scores, ref_index = reference_topk(query, key, 16, ptr.tolist())
     np.testing.assert_array_equal(index.cpu().numpy(), ref_index)
-    np.testing.assert_array_equal(scores.float().cpu().numpy(), ref_scores)
+    # Ranked on exact float32 sums; returned in the input dtype, where sums past 256 round in bfloat16.
+    rounded = torch.from_numpy(ref_scores).to(dtype).float().numpy()
+    np.testing.assert_array_equal(scores.float().cpu().numpy(), rounded)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
