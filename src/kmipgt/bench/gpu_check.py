@@ -144,28 +144,29 @@ def targets(out: Path, peptides_root: str | None, pytest_extra: list[str]) -> li
     step = [*kmipgt, "bench", "step", "--config", "peptides_func", "--device", "cuda"]
     no_root = None if peptides_root else "PEPTIDES_ROOT is not set (a local Peptides-func copy)"
     result = [
-        Target("environment", ["-c", _ENVIRONMENT, str(out / "environment.json")], 60, _environment),
+        Target("environment", ["-c", _ENVIRONMENT, str(out / "environment.json")], 30, _environment),
         Target("pytest -m cuda", ["-m", "pytest", "-q", "-m", "cuda", "-p", "no:cacheprovider", *pytest_extra,
-                                  f"--junitxml={out / 'pytest.xml'}"], 210, _pytest),
+                                  f"--junitxml={out / 'pytest.xml'}"], 200, _pytest),
         Target("bench ragged", [*kmipgt, "bench", "ragged", "--device", "cuda", "--out", str(out / "ragged")],
                45, _ragged),
         Target("bench step kmip", [*step, "--out", str(out / "step-kmip")], 45, _step("step-kmip")),
         Target("bench step none", [*step, "--set", "model.attention=none", "--out", str(out / "step-none")],
                35, _step("step-none")),
     ]
+    million = [*kmipgt, "bench", "attention", "--device", "cuda", "--n", "1048576", "--methods", "kmip",
+               "--backends", "auto", "--dim", "16", "--dim-v", "16", "-k", "16",
+               "--passes", "forward+backward", "--repeats", "3", "--warmup", "1", "--time-budget", "120",
+               "--out", str(out / "attention-1m")]
+    result.append(Target("1M-token k-MIP forward+backward", million, 75, _million))
+    shapes = ["-m", "kmipgt.bench.limit_shapes", "--device", "cuda", "--out", str(out / "limit-shapes")]
+    result.append(Target("limit shapes", shapes, 40, _shapes))
+    # Last: the only targets that need data from outside; they get what the budget has left.
     for attention in ("kmip", "none"):
         folder = f"epochs-{attention}"
         args = [*kmipgt, "train", "--config", "peptides_func", "--set", f"data.options.root={peptides_root}",
                 "--set", "optim.epochs=2", "--set", "device=cuda", "--set", f"model.attention={attention}",
                 "--set", f"out_dir={out / folder}", "--overwrite", "--no-progress"]
-        result.append(Target(f"two Peptides-func epochs {attention}", args, 60, _epochs(folder), no_root))
-    million = [*kmipgt, "bench", "attention", "--device", "cuda", "--n", "1048576", "--methods", "kmip",
-               "--backends", "auto", "--dim", "16", "--dim-v", "16", "-k", "16",
-               "--passes", "forward+backward", "--repeats", "3", "--warmup", "1", "--time-budget", "120",
-               "--out", str(out / "attention-1m")]
-    result.append(Target("1M-token k-MIP forward+backward", million, 45, _million))
-    shapes = ["-m", "kmipgt.bench.limit_shapes", "--device", "cuda", "--out", str(out / "limit-shapes")]
-    result.append(Target("limit shapes", shapes, 40, _shapes))
+        result.append(Target(f"two Peptides-func epochs {attention}", args, 75, _epochs(folder), no_root))
     return result
 
 
