@@ -18,6 +18,7 @@ import kmipgt.ops.search.ivf_common as ivf_common
 import kmipgt.ops.search.registry as registry
 from kmipgt.ops import full_attention, kmip_attention, topk_inner_product
 from kmipgt.ops.search.blockwise import topk_blockwise
+from kmipgt.ops.search.cuda_device import SM90_SHARED_MEMORY
 from kmipgt.ops.search.fused_kernel import fused_library
 from reference import reference_topk
 
@@ -169,13 +170,17 @@ def test_a_backend_without_key_layouts_names_those_with(backend):
 
 
 def test_auto_picks_the_fastest_backend_that_takes_key_layouts(monkeypatch):
+    def auto(device_type, dtype, queries_differ=False):
+        call = registry.SearchCall(device_type, dtype, 4, 16, 100, queries_differ, SM90_SHARED_MEMORY)
+        return registry.route(call).name
+
     expected_cpu = "fused" if fused_library() is not None else "torch"
-    assert registry.auto_backend("cpu", torch.float32, queries_differ=True).name == expected_cpu
-    assert registry.auto_backend("cpu", torch.float64, queries_differ=True).name == "torch"
+    assert auto("cpu", torch.float32, queries_differ=True) == expected_cpu
+    assert auto("cpu", torch.float64, queries_differ=True) == "torch"
     # On CUDA `auto` is `triton` for M == N; the Triton kernel takes no key layout, so `torch`.
     monkeypatch.setattr(triton_backend, "triton_available", lambda: True)
-    assert registry.auto_backend("cuda", torch.float32).name == "triton"
-    assert registry.auto_backend("cuda", torch.float32, queries_differ=True).name == "torch"
+    assert auto("cuda", torch.float32) == "triton"
+    assert auto("cuda", torch.float32, queries_differ=True) == "torch"
 
 
 def test_auto_skips_a_faster_backend_without_key_layouts(monkeypatch):

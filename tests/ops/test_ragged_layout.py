@@ -7,11 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import kmipgt.ops.search.backends.triton_search as triton_backend
 from kmipgt.ops import full_attention, kmip_attention
 from kmipgt.ops.full_softmax import _size_buckets
 from kmipgt.ops.ragged import RaggedLayout, batch_layout
-from kmipgt.ops.search.registry import auto_backend
 
 
 def _per_graph_sdpa(query, key, value, sizes):
@@ -94,12 +92,6 @@ def test_kmip_attention_with_a_layout_equals_it_with_ptr():
         kmip_attention(query, key, value, 6, layout=layout, ptr=ptr)
     with pytest.raises(ValueError, match="`layout` holds 80 nodes"):
         kmip_attention(query[:10], key[:10], value[:10], 6, layout=layout)
-
-
-def test_auto_never_picks_a_backend_that_cannot_serve_k(monkeypatch):
-    monkeypatch.setattr(triton_backend, "triton_available", lambda: True)
-    assert auto_backend("cuda", torch.float32, k=triton_backend.MAX_TRITON_K).name == "triton"
-    assert auto_backend("cuda", torch.float32, k=triton_backend.MAX_TRITON_K + 1).name == "torch"
 
 
 def test_a_layout_is_checked_against_the_inputs_it_describes():

@@ -13,6 +13,7 @@ import kmipgt.ops.search.backends.fused_search as fused_backend
 import kmipgt.ops.search.backends.triton_search as triton_backend
 import kmipgt.ops.search.registry as registry
 from kmipgt.ops import APPROXIMATE_BACKENDS, SEARCH_BACKENDS, topk_inner_product
+from kmipgt.ops.search.cuda_device import SM90_SHARED_MEMORY
 from kmipgt.ops.search.dispatch import Backend
 from kmipgt.ops.search.fused_kernel import fused_library
 
@@ -23,6 +24,11 @@ DTYPES = (*HALF_AND_FLOAT, torch.float64)
 
 def _installed(package: str) -> bool:
     return importlib.util.find_spec(package) is not None
+
+
+def _auto(device_type: str, dtype: torch.dtype) -> str:
+    """The backend `auto` routes a small search (k = 6, d = 5, graphs of up to 180 nodes) to."""
+    return registry.route(registry.SearchCall(device_type, dtype, 6, 5, 180, False, SM90_SHARED_MEMORY)).name
 
 
 # name -> (exact, devices, dtypes, auto_rank); None: any device / any dtype / never picked by `auto`.
@@ -132,7 +138,7 @@ def test_names_are_registered_once(name):
 def test_auto_on_cpu_is_fused_where_it_builds_and_takes_the_dtype_else_torch(dtype):
     # docs/search.md: "`fused` on CPU (float32/16/bf16), ..., else `torch`".
     expected = "fused" if dtype in HALF_AND_FLOAT and fused_library() is not None else "torch"
-    assert registry.auto_backend("cpu", dtype).name == expected
+    assert _auto("cpu", dtype) == expected
     gen = torch.Generator().manual_seed(0)
     query, key = (torch.randn(300, 2, 5, generator=gen).to(dtype) for _ in range(2))
     ptr = torch.tensor([0, 120, 120, 300])
@@ -144,7 +150,7 @@ def test_auto_on_cpu_is_fused_where_it_builds_and_takes_the_dtype_else_torch(dty
 
 def test_auto_on_cpu_without_the_kernel_is_torch(monkeypatch):
     monkeypatch.setattr(fused_backend, "fused_library", lambda: None)
-    assert registry.auto_backend("cpu", torch.float32).name == "torch"
+    assert _auto("cpu", torch.float32) == "torch"
 
 
 @pytest.mark.parametrize(
@@ -157,11 +163,11 @@ def test_auto_on_cpu_without_the_kernel_is_torch(monkeypatch):
 )
 def test_auto_on_cuda_is_triton_where_installed_else_torch(installed, dtype, expected, monkeypatch):
     monkeypatch.setattr(triton_backend, "triton_available", lambda: installed)
-    assert registry.auto_backend("cuda", dtype).name == expected
+    assert _auto("cuda", dtype) == expected
 
 
 def test_auto_on_other_devices_is_torch():
-    assert registry.auto_backend("mps", torch.float32).name == "torch"
+    assert _auto("mps", torch.float32) == "torch"
 
 
 def test_a_registered_backend_is_dispatched_with_the_options_its_kind_takes(monkeypatch):

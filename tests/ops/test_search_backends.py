@@ -236,15 +236,31 @@ def test_triton_backend_on_cpu_tensors_is_refused(monkeypatch):
 _TRITON_SCRIPT = """
 import numpy as np, torch
 from kmipgt.ops import topk_inner_product
+from kmipgt.ops.search.cuda_device import SM90_SHARED_MEMORY
+from kmipgt.ops.search.triton_plan import search_plan
 from reference import reference_topk
+from ties_at_zero import ties_at_zero
 gen = torch.Generator().manual_seed(0)
+
+def check(query, key, k, ptr):
+    scores, index = topk_inner_product(query, key, k, ptr=ptr, backend="triton")
+    ref_scores, ref_index = reference_topk(query, key, k, ptr.tolist())
+    np.testing.assert_array_equal(index.numpy(), ref_index)
+    np.testing.assert_array_equal(scores.float().numpy(), ref_scores)
+
+def draw(rows, dim):
+    return [torch.randint(-2, 3, (rows, 1, dim), generator=gen).float() for _ in range(2)]
+
 ptr = torch.tensor([0, 70, 70, 73, 100])
-query = torch.randint(-2, 3, (100, 1, 5), generator=gen).float()
-key = torch.randint(-2, 3, (100, 1, 5), generator=gen).float()
-scores, index = topk_inner_product(query, key, 5, ptr=ptr, backend="triton")
-ref_scores, ref_index = reference_topk(query, key, 5, ptr.tolist())
-np.testing.assert_array_equal(index.numpy(), ref_index)
-np.testing.assert_array_equal(scores.numpy(), ref_scores)
+check(*draw(100, 5), 5, ptr)
+# k past the largest graph (and past the kernel's 128 slots) only pads.
+check(*draw(23, 5), 150, torch.tensor([0, 20, 20, 23]))
+# d = 160 runs the plan sm_90 has room for: 32 x 32 tiles, not 64 x 64.
+assert search_plan(160, 6, SM90_SHARED_MEMORY).block_m == 32
+check(*draw(45, 160), 6, torch.tensor([0, 40, 45]))
+for dtype in (torch.float32, torch.float16):
+    query, key, _, zero_ptr = ties_at_zero(dtype)
+    check(query, key, 12, zero_ptr)
 print("TRITON-OK")
 """
 

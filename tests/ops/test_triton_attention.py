@@ -20,6 +20,20 @@ from pathlib import Path
 import pytest
 import torch
 
+from ties_at_zero import ties_at_zero
+
+_HAS_TRITON = importlib.util.find_spec("triton") is not None
+if _HAS_TRITON:
+    import triton
+    import triton.language as tl
+
+    from kmipgt.ops.search.triton_kernel import positive_zero
+
+    @triton.jit
+    def _positive_zero_kernel(x, out, n, BLOCK: tl.constexpr):
+        at = tl.arange(0, BLOCK)
+        tl.store(out + at, positive_zero(tl.load(x + at, mask=at < n)), mask=at < n)
+
 _DEVICE_DTYPES = {"cpu": (torch.float32, torch.float16), "cuda": (torch.float32, torch.bfloat16)}
 
 
@@ -152,6 +166,34 @@ def case_nan_isolation(device, dtype):
     assert not torch.isfinite(dirty_outputs[0][6:15]).all()
 
 
+def case_ties_at_zero(device, dtype):
+    """Scores of exactly zero, some of them sums of -0.0 products, tie with +0.0 and rank by index."""
+    query, key, value, ptr = ties_at_zero()
+    _check((query, key, value), ptr, 12, device=device, dtype=dtype)
+
+
+def case_positive_zero(device, dtype):
+    """The select the kernels apply after their dots makes -0.0 +0.0 and leaves every other value."""
+    x = torch.tensor([-0.0, 0.0, -1.5, 2.0, float("-inf"), -(2.0**-14)], dtype=dtype, device=device)
+    out = torch.empty_like(x)
+    _positive_zero_kernel[(1,)](x, out, x.numel(), BLOCK=8)
+    assert not torch.signbit(out[:2]).any()
+    assert torch.equal(out[2:], x[2:])
+
+
+def case_wide_heads(device, dtype):
+    """Head dim 160 (blocks of 256) with values of 24."""
+    tensors, ptr = _tokens([40, 7], heads=1, dims=(160, 160, 24), seed=8)
+    _check(tensors, ptr, 4, device=device, dtype=dtype)
+
+
+def case_k_in_one_bucket(device, dtype):
+    """k = 5, 6 and 7 share one compiled kernel (8 slots), each with its own result."""
+    tensors, ptr = _tokens([9, 6, 12], heads=2, dims=(4, 4, 3), seed=9, integer=True)
+    for k in (5, 6, 7):
+        _check(tensors, ptr, k, device=device, dtype=dtype)
+
+
 CASES = {name: case for name, case in globals().items() if name.startswith("case_")}
 
 
@@ -173,7 +215,6 @@ def _run_cases(device: str) -> dict[str, str]:
     return results
 
 
-_HAS_TRITON = importlib.util.find_spec("triton") is not None
 _LABELS = [_label(name, dtype) for name in CASES for dtype in _DEVICE_DTYPES["cpu"]]
 
 

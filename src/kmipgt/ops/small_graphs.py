@@ -7,9 +7,11 @@ On a batch of small graphs (molecules, peptides) the search-then-gather path of
 :func:`kmipgt.ops.triton_attention.triton_kmip_attention` on CUDA) do a graph's scores, selection,
 softmax and sum in one pass and keep only the ``[N, H, k]`` selection for the backward. They compute
 the same exact top-k as the search backends (ties to the lower index) and are chosen on host facts
-alone: the device, dtype, k, the batch's largest graph and graph count against the CPU threads, and no
-attention dropout. Within a graph that holds a NaN or inf the result is unspecified (the CPU kernel never
-selects a NaN score, the Triton kernel ranks it first), as with ``check_finite=False`` anywhere.
+alone: the device, dtype, k, head dims, the batch's largest graph (on CUDA: whether the kernels' launch
+plan fits the device's shared memory, :mod:`~kmipgt.ops.triton_attention_plan`) and graph count against
+the CPU threads, and no attention dropout. Within a graph that holds a NaN or inf the result is
+unspecified (the CPU kernel never selects a NaN score, the Triton kernel ranks it first), as with
+``check_finite=False`` anywhere.
 """
 
 from __future__ import annotations
@@ -18,8 +20,12 @@ import torch
 from torch import Tensor
 
 from kmipgt.ops.ragged import RaggedLayout
+from kmipgt.ops.search.backends.triton_search import triton_available
+from kmipgt.ops.search.cuda_device import shared_memory_limit
+from kmipgt.ops.search.registry import SearchCall
+from kmipgt.ops.triton_attention_plan import AttentionPlan, attention_plan
 
-__all__ = ["CPU_MAX_NODES", "fused_small_graph_attention"]
+__all__ = ["CPU_MAX_NODES", "cuda_plan", "fused_kernel_serves", "fused_small_graph_attention"]
 
 # The fused CPU kernel is one task per (graph, head): on one thread it beats the search plus the
 # gathers up to 16,384 nodes (docs/benchmarks.md), but a batch of few large graphs leaves threads idle
@@ -38,18 +44,44 @@ def _cpu_kernel(query: Tensor, k: int, layout: RaggedLayout):
     return lambda q, key, v, scale: fused_kmip_attention(q, key, v, k, layout.ptr, scale)
 
 
-def _cuda_kernel(query: Tensor, k: int, layout: RaggedLayout):
-    from kmipgt.ops.search.backends.triton_search import TRITON_DTYPES, triton_available
-
-    if query.dtype not in TRITON_DTYPES or not triton_available():
+def cuda_plan(call: SearchCall, value_dim: int) -> AttentionPlan | None:
+    """The launch plan of the fused Triton kernels for a CUDA ``call`` with values of ``value_dim``, or None
+    where they cannot serve it (dtype, largest graph, k, shared memory at these head dims, no Triton)."""
+    if not triton_available():
         return None
-    from kmipgt.ops.triton_attention import MAX_FUSED_K, MAX_FUSED_NODES, triton_kmip_attention
+    return attention_plan(
+        call.dtype, call.head_dim, value_dim, call.max_nodes, call.slots, call.shared_memory
+    )
 
-    if layout.max_nodes > MAX_FUSED_NODES or k > MAX_FUSED_K:
+
+def _cuda_kernel(query: Tensor, value_dim: int, k: int, layout: RaggedLayout):
+    call = SearchCall(
+        device_type="cuda", dtype=query.dtype, k=k, head_dim=query.shape[-1], max_nodes=layout.max_nodes,
+        queries_differ=False, shared_memory=shared_memory_limit(query.device),
+    )
+    if cuda_plan(call, value_dim) is None:
         return None
+    from kmipgt.ops.triton_attention import triton_kmip_attention
+
     return lambda q, key, v, scale: triton_kmip_attention(
         q, key, v, k, layout.device_ptr, layout.max_nodes, scale
     )
+
+
+def _kernel(query: Tensor, value_dim: int, k: int, layout: RaggedLayout):
+    if layout.num_nodes == 0:
+        return None
+    if query.device.type == "cpu":
+        return _cpu_kernel(query, k, layout)
+    if query.device.type == "cuda":
+        return _cuda_kernel(query, value_dim, k, layout)
+    return None
+
+
+def fused_kernel_serves(query: Tensor, value: Tensor, k: int, layout: RaggedLayout) -> bool:
+    """Whether :func:`fused_small_graph_attention` runs a fused kernel for these ``[N, H, d]`` queries,
+    ``[N, H, d_v]`` values, ``k`` (at most the largest graph) and layout; decided on host facts alone."""
+    return _kernel(query, value.shape[-1], k, layout) is not None
 
 
 def fused_small_graph_attention(
@@ -68,10 +100,7 @@ def fused_small_graph_attention(
         :func:`~kmipgt.ops.kmip_attention` with ``return_selection`` and no dropout; ``out`` carries the
         gradients to query, key and value.
     """
-    kernels = {"cpu": _cpu_kernel, "cuda": _cuda_kernel}
-    if query.device.type not in kernels or layout.num_nodes == 0:
-        return None
-    kernel = kernels[query.device.type](query, k, layout)
+    kernel = _kernel(query, value.shape[-1], k, layout)
     if kernel is None:
         return None
     out, index, score, weight = kernel(query, key, value, scale)

@@ -1,7 +1,7 @@
 """Fused k-MIP attention of batches of small graphs in Triton: search, softmax and sum in one launch.
 
-For graphs of at most :data:`MAX_FUSED_NODES` nodes all of a graph's keys fit in one register block, so
-one forward program per (graph, query tile, head) scores its queries against all of them with one
+For graphs of at most ``MAX_FUSED_NODES`` (256) nodes all of a graph's keys fit in one register block,
+so one forward program per (graph, query tile, head) scores its queries against all of them with one
 ``tl.dot``, selects the k best per query (k rounds of a row argmax with the lowest index among ties),
 softmaxes the selected scores and sums the selected value rows, without writing a score to global
 memory. A backward program per (graph, key chunk, head) owns up to 64 keys: it visits the graph's query
@@ -12,7 +12,10 @@ registers; so every gradient row has one writer and no atomics are needed (deter
 
 Only host integers (``ptr.numel()``, the head count, ``max_nodes``) size the grids and blocks; graph
 bounds are read from the device ``ptr`` inside the kernels, so neither pass synchronises with the host.
-``TRITON_INTERPRET=1`` runs the same kernels on CPU tensors (for testing without a GPU).
+Blocks, warps and the compile-time bucket of k come from the launch plan
+(:mod:`~kmipgt.ops.triton_attention_plan`), sized to the device's shared memory; the launches run on the
+inputs' device (:func:`~kmipgt.ops.search.cuda_device.device_guard`). ``TRITON_INTERPRET=1`` runs the same
+kernels on CPU tensors (for testing without a GPU).
 """
 
 from __future__ import annotations
@@ -22,27 +25,12 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-__all__ = ["MAX_FUSED_K", "MAX_FUSED_NODES", "triton_kmip_attention"]
+from kmipgt.ops.search.backends.triton_search import TRITON_DTYPES
+from kmipgt.ops.search.cuda_device import device_guard, shared_memory_limit
+from kmipgt.ops.search.triton_kernel import positive_zero
+from kmipgt.ops.triton_attention_plan import MAX_FUSED_K, MAX_FUSED_NODES, AttentionPlan, attention_plan
 
-# Every graph of a batch is padded to next_pow2(max_nodes) key columns, each of the k selection rounds
-# passes over all of them, and a forward program holds its [16, next_pow2(max_nodes)] int32 rank tile and
-# the [next_pow2(d), next_pow2(max_nodes)] key block in registers: at 256 nodes and d <= 32 ptxas (sm_90,
-# 8 warps) fits a program in 128 to 248 registers a thread for k = 5 to 64 without spilling (204 already
-# at 512 nodes and k = 5). So the fused path is for batches of small graphs (molecules, peptides); a
-# batch with a larger graph takes the blockwise search, whose cost per key tile does not grow with it.
-MAX_FUSED_NODES = 256
-# k is a compile-time constant: the slot tensors are [BLOCK_M, next_pow2(k)] in registers and the forward
-# unrolls its k value gathers (about 12 s of compilation at k = 64, still without spills).
-MAX_FUSED_K = 64
-
-_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-# Elements of the [BLOCK_M, BLOCK_N] int32 rank tile of a forward program (16 to 32 registers a thread);
-# at least 16 query rows all the same, the least a `tl.dot` takes.
-_TILE_ELEMENTS = 4096
-# A backward program owns up to this many keys of a graph (their float32 gradients stay in registers) and
-# visits the graph's queries in tiles of up to _QUERY_TILE rows.
-_KEY_CHUNK = 64
-_QUERY_TILE = 32
+__all__ = ["triton_kmip_attention"]
 
 # Scores are ranked as int32 keys whose order is the float order: below every score, the taken or
 # padding slot; above every score, NaN (first, as the exact search ranks it).
@@ -66,12 +54,14 @@ def _slot(slots, values, r):
     return tl.sum(tl.where(slots[None, :] == r, values, 0), axis=1)
 
 
-@triton.jit
+# k is a run-time argument that Triton must not specialise (on k = 1 or k divisible by 16) either: then a
+# kernel compiles once per bucket of k (K_PAD), whatever the k of each batch.
+@triton.jit(do_not_specialize=["k"])
 def _forward_kernel(
     query, key, value, ptr, out, out_index, out_score, out_weight,
     q_sn, q_sh, q_sd, k_sn, k_sh, k_sd, v_sn, v_sh, v_sd,
-    heads, dim, dim_v, scale,
-    K: tl.constexpr, K_PAD: tl.constexpr,
+    heads, dim, dim_v, scale, k,
+    K_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
 ):
     graph = tl.program_id(0)
@@ -96,8 +86,8 @@ def _forward_kernel(
         mask=col_ok[None, :] & (dims[:, None] < dim), other=0.0,
     )
     # Half inputs: exact products, float32 sums. float32 inputs: tf32x3, float32 accuracy from three
-    # tensor-core products, as the search kernel scores. "+ 0.0" turns -0.0 into +0.0, so they tie.
-    scores = tl.dot(q, kt, input_precision="tf32x3") + 0.0
+    # tensor-core products, as the search kernel scores.
+    scores = positive_zero(tl.dot(q, kt, input_precision="tf32x3"))
     bits = scores.to(tl.int32, bitcast=True)
     ranked = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
     ranked = tl.where(scores != scores, _NAN_KEY, ranked)
@@ -105,7 +95,7 @@ def _forward_kernel(
     slots = tl.arange(0, K_PAD)
     slot_key = tl.full((BLOCK_M, K_PAD), _TAKEN, tl.int32)
     slot_col = tl.zeros((BLOCK_M, K_PAD), tl.int32)
-    for r in range(K):
+    for r in range(k):
         # One pass per slot: the largest key left, the lowest column among equal ones.
         best, chosen = tl.max(ranked, axis=1, return_indices=True, return_indices_tie_break_left=True)
         here = slots[None, :] == r
@@ -123,28 +113,29 @@ def _forward_kernel(
     weight = weight / tl.where(total == 0.0, 1.0, total)[:, None]
     selected = tl.where(found, start + slot_col, -1)
     # The selected value rows are gathered (only selected rows of this graph: a NaN elsewhere never meets
-    # a zero weight) and summed in float32; the unrolled loop issues the k gathers together.
+    # a zero weight) and summed in float32; the unrolled loop issues the gathers together (slots past k
+    # hold row -1 and load nothing).
     acc = tl.zeros((BLOCK_M, BLOCK_DV), tl.float32)
-    for r in tl.static_range(K):
+    for r in tl.static_range(K_PAD):
         row = _slot(slots, selected, r)
         value_row = _rows(value, row, head, dim_v, v_sn, v_sh, v_sd, row >= 0, BLOCK_DV)
         acc += _slot(slots, weight, r)[:, None] * value_row
     dims_v = tl.arange(0, BLOCK_DV)
     out_at = (rows[:, None] * heads + head) * dim_v + dims_v[None, :]
     tl.store(out + out_at, acc.to(out.dtype.element_ty), mask=row_ok[:, None] & (dims_v[None, :] < dim_v))
-    slot_at = (rows[:, None] * heads + head) * K + slots[None, :]
-    slot_ok = row_ok[:, None] & (slots[None, :] < K)
+    slot_at = (rows[:, None] * heads + head) * k + slots[None, :]
+    slot_ok = row_ok[:, None] & (slots[None, :] < k)
     tl.store(out_index + slot_at, selected, mask=slot_ok)
     tl.store(out_score + slot_at, score, mask=slot_ok)
     tl.store(out_weight + slot_at, weight, mask=slot_ok)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["k"])
 def _backward_kernel(
     query, key, value, grad_out, ptr, index, weight, grad_query, grad_key, grad_value,
     q_sn, q_sh, q_sd, k_sn, k_sh, k_sd, v_sn, v_sh, v_sd, g_sn, g_sh, g_sd,
-    heads, dim, dim_v, scale,
-    K: tl.constexpr, K_PAD: tl.constexpr,
+    heads, dim, dim_v, scale, k,
+    K_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
 ):
     graph = tl.program_id(0)
@@ -169,15 +160,15 @@ def _backward_kernel(
     for first in range(start, end, BLOCK_M):
         rows = first + tl.arange(0, BLOCK_M)
         row_ok = rows < end
-        slot_at = (rows[:, None] * heads + head) * K + slots[None, :]
-        slot_ok = row_ok[:, None] & (slots[None, :] < K)
+        slot_at = (rows[:, None] * heads + head) * k + slots[None, :]
+        slot_ok = row_ok[:, None] & (slots[None, :] < k)
         selected = tl.load(index + slot_at, mask=slot_ok, other=-1)
         w = tl.load(weight + slot_at, mask=slot_ok, other=0.0)
         go = _rows(grad_out, rows, head, dim_v, g_sn, g_sh, g_sd, row_ok, BLOCK_DV)
         # d out / d weight of each slot: its value row against the output gradient. The slot loops here
         # are not unrolled: at k = 64 that took ptxas over 10 minutes.
         grad_w = tl.zeros((BLOCK_M, K_PAD), tl.float32)
-        for r in range(K):
+        for r in range(k):
             row = _slot(slots, selected, r)
             value_row = _rows(value, row, head, dim_v, v_sn, v_sh, v_sd, row >= 0, BLOCK_DV)
             grad_w = tl.where(slots[None, :] == r, tl.sum(go * value_row, axis=1)[:, None], grad_w)
@@ -185,7 +176,7 @@ def _backward_kernel(
         grad_logit = tl.where(selected >= 0, w * (grad_w - delta[:, None]) * scale, 0.0)
         if ((first - start) // BLOCK_M) % chunks == chunk:
             q_grad = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
-            for r in range(K):
+            for r in range(k):
                 row = _slot(slots, selected, r)
                 key_row = _rows(key, row, head, dim, k_sn, k_sh, k_sd, row >= 0, BLOCK_D)
                 q_grad += _slot(slots, grad_logit, r)[:, None] * key_row
@@ -198,7 +189,7 @@ def _backward_kernel(
         # slot of a query; padding slots hold -1, which no key row matches).
         p = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
         grad_s = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-        for r in range(K):
+        for r in range(k):
             hit = key_rows[None, :] == _slot(slots, selected, r)[:, None]
             p = tl.where(hit, _slot(slots, w, r)[:, None], p)
             grad_s = tl.where(hit, _slot(slots, grad_logit, r)[:, None], grad_s)
@@ -216,27 +207,11 @@ def _backward_kernel(
     )
 
 
-def _pow2(n: int, least: int = 16) -> int:
-    return max(least, 1 << (n - 1).bit_length())
-
-
-def _blocks(max_nodes: int, dim: int, dim_v: int) -> tuple[int, int, int, int]:
-    """``(BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DV)`` of the forward: a query tile, all keys of the largest graph,
-    the head dims (``tl.dot`` takes no block dimension under 16)."""
-    block_n = _pow2(max_nodes)
-    return max(16, min(64, _TILE_ELEMENTS // block_n)), block_n, _pow2(dim), _pow2(dim_v)
-
-
-def _warps(block_n: int) -> int:
-    """Warps of a program: 8 once a graph's keys (the dot operand and key-gradient rows) pass 64."""
-    return 8 if block_n > 64 else 4
-
-
 class _FusedKMIPAttention(torch.autograd.Function):
     """The fused kernels as an autograd function; index, score and weight are not differentiable."""
 
     @staticmethod
-    def forward(ctx, query, key, value, ptr, k, max_nodes, scale):
+    def forward(ctx, query, key, value, ptr, k, max_nodes, scale, plan: AttentionPlan):
         ctx.set_materialize_grads(False)
         num_nodes, heads, dim = query.shape
         dim_v = value.shape[-1]
@@ -245,55 +220,59 @@ class _FusedKMIPAttention(torch.autograd.Function):
         index = torch.empty(num_nodes, heads, k, dtype=torch.long, device=device)
         score = torch.empty(num_nodes, heads, k, dtype=torch.float32, device=device)
         weight = torch.empty(num_nodes, heads, k, dtype=torch.float32, device=device)
-        block_m, block_n, block_d, block_dv = _blocks(max_nodes, dim, dim_v)
         graphs = ptr.numel() - 1
         if num_nodes > 0 and heads > 0 and graphs > 0 and max_nodes > 0:
-            grid = (graphs, triton.cdiv(max_nodes, block_m), heads)
-            _forward_kernel[grid](
-                query, key, value, ptr, out, index, score, weight,
-                *query.stride(), *key.stride(), *value.stride(),
-                heads, dim, dim_v, scale, K=k, K_PAD=_pow2(k, 1),
-                BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, BLOCK_DV=block_dv,
-                num_warps=_warps(block_n),
-            )
+            grid = (graphs, triton.cdiv(max_nodes, plan.block_m), heads)
+            with device_guard(device):
+                _forward_kernel[grid](
+                    query, key, value, ptr, out, index, score, weight,
+                    *query.stride(), *key.stride(), *value.stride(),
+                    heads, dim, dim_v, scale, k, K_PAD=plan.k_pad,
+                    BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, BLOCK_D=plan.block_d,
+                    BLOCK_DV=plan.block_dv, num_warps=plan.warps,
+                )
         ctx.save_for_backward(query, key, value, ptr, index, weight)
-        ctx.k, ctx.max_nodes, ctx.scale = k, max_nodes, scale
+        ctx.k, ctx.max_nodes, ctx.scale, ctx.plan = k, max_nodes, scale, plan
         ctx.mark_non_differentiable(index, score, weight)
         return out, index, score, weight
 
     @staticmethod
     def backward(ctx, grad_out, _grad_index, _grad_score, _grad_weight):
         if grad_out is None:  # grads are not materialised: nothing flowed back into the output
-            return None, None, None, None, None, None, None
+            return None, None, None, None, None, None, None, None
         query, key, value, ptr, index, weight = ctx.saved_tensors
+        plan = ctx.plan
         num_nodes, heads, dim = query.shape
         dim_v = value.shape[-1]
         grad_query, grad_key, grad_value = (torch.empty_like(t, memory_format=torch.contiguous_format)
                                             for t in (query, key, value))
         graphs = ptr.numel() - 1
         if num_nodes > 0 and heads > 0 and graphs > 0 and ctx.max_nodes > 0:
-            key_chunk = min(_KEY_CHUNK, _pow2(ctx.max_nodes))
-            grid = (graphs, triton.cdiv(ctx.max_nodes, key_chunk), heads)
-            _backward_kernel[grid](
-                query, key, value, grad_out, ptr, index, weight, grad_query, grad_key, grad_value,
-                *query.stride(), *key.stride(), *value.stride(), *grad_out.stride(),
-                heads, dim, dim_v, ctx.scale, K=ctx.k, K_PAD=_pow2(ctx.k, 1),
-                BLOCK_M=min(_QUERY_TILE, _pow2(ctx.max_nodes)), BLOCK_N=key_chunk, BLOCK_D=_pow2(dim),
-                BLOCK_DV=_pow2(dim_v),
-            )
+            grid = (graphs, triton.cdiv(ctx.max_nodes, plan.key_chunk), heads)
+            with device_guard(query.device):
+                _backward_kernel[grid](
+                    query, key, value, grad_out, ptr, index, weight, grad_query, grad_key, grad_value,
+                    *query.stride(), *key.stride(), *value.stride(), *grad_out.stride(),
+                    heads, dim, dim_v, ctx.scale, ctx.k, K_PAD=plan.k_pad,
+                    BLOCK_M=plan.query_tile, BLOCK_N=plan.key_chunk, BLOCK_D=plan.block_d,
+                    BLOCK_DV=plan.block_dv,
+                )
         grads = [grad if needed else None for grad, needed in zip(
             (grad_query, grad_key, grad_value), ctx.needs_input_grad[:3], strict=True
         )]
-        return (*grads, None, None, None, None)
+        return (*grads, None, None, None, None, None)
 
 
-def _check(query: Tensor, key: Tensor, value: Tensor, k: int, ptr: Tensor, max_nodes: int) -> None:
-    """Shape, dtype and limit checks on host metadata only (nothing here reads device memory)."""
+def _checked_plan(
+    query: Tensor, key: Tensor, value: Tensor, k: int, ptr: Tensor, max_nodes: int
+) -> AttentionPlan:
+    """The launch plan, after shape, dtype and limit checks on host metadata only (nothing here reads
+    device memory)."""
     for name, tensor in (("query", query), ("key", key), ("value", value)):
         if not isinstance(tensor, Tensor) or tensor.dim() != 3:
             raise ValueError(f"`{name}` must be a 3-D tensor [N, H, d]")
-        if tensor.dtype not in _DTYPES:
-            raise TypeError(f"`{name}` must be one of {_DTYPES}, got {tensor.dtype}")
+        if tensor.dtype not in TRITON_DTYPES:
+            raise TypeError(f"`{name}` must be one of {TRITON_DTYPES}, got {tensor.dtype}")
         if tensor.dtype != query.dtype or tensor.device != query.device:
             raise TypeError(f"`{name}` must share dtype and device with `query`")
     if key.shape != query.shape or value.shape[:2] != query.shape[:2]:
@@ -313,12 +292,21 @@ def _check(query: Tensor, key: Tensor, value: Tensor, k: int, ptr: Tensor, max_n
         raise TypeError(f"`k` must be an int, got {type(k).__name__}")
     if not 1 <= k <= MAX_FUSED_K:
         raise ValueError(f"`k` must lie in [1, MAX_FUSED_K = {MAX_FUSED_K}], got {k}")
+    limit = shared_memory_limit(query.device)
+    plan = attention_plan(query.dtype, query.shape[-1], value.shape[-1], max_nodes, k, limit)
+    if plan is None:
+        raise ValueError(
+            f"no launch plan of the fused kernels fits head dims {query.shape[-1]}/{value.shape[-1]} with "
+            f"graphs of up to {max_nodes} nodes in the device's {limit} bytes of shared memory per block "
+            "(kmip_attention takes the search path for such calls)"
+        )
+    return plan
 
 
 def triton_kmip_attention(
     query: Tensor, key: Tensor, value: Tensor, k: int, ptr: Tensor, max_nodes: int, scale: float
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    r"""k-MIP attention of graphs of at most :data:`MAX_FUSED_NODES` nodes in one fused launch each way.
+    r"""k-MIP attention of graphs of at most ``MAX_FUSED_NODES`` nodes in one fused launch each way.
 
     .. math::
         \mathrm{out}_i = \sum_{j \in T_k(i)} \operatorname{softmax}_j(s\, q_i \cdot k_j)\, v_j
@@ -330,7 +318,8 @@ def triton_kmip_attention(
     Args:
         query: ``[N, H, d]`` (float32, float16 or bfloat16). key: ``[N, H, d]``. value: ``[N, H, d_v]``,
             all of one dtype and device.
-        k: keys per query, ``1 <= k <= MAX_FUSED_K``, at most the largest graph (the caller clamps it).
+        k: keys per query, ``1 <= k <= MAX_FUSED_K``, at most the largest graph (the caller clamps it); a
+            runtime argument: the kernels compile once per power-of-two bucket of k.
         ptr: ``[G + 1]`` int64 graph offsets on the inputs' device, already valid (``ptr[0] = 0``,
             non-decreasing, ``ptr[-1] = N``); empty graphs are allowed.
         max_nodes: host integer at least the largest graph size, ``<= MAX_FUSED_NODES``; it sizes the
@@ -344,5 +333,5 @@ def triton_kmip_attention(
         products (``-inf`` at padding); ``weight`` ``[N, H, k]`` float32 softmax weights of
         ``scale * score`` over the selected keys (0 at padding).
     """
-    _check(query, key, value, k, ptr, max_nodes)
-    return _FusedKMIPAttention.apply(query, key, value, ptr, k, max_nodes, float(scale))
+    plan = _checked_plan(query, key, value, k, ptr, max_nodes)
+    return _FusedKMIPAttention.apply(query, key, value, ptr, k, max_nodes, float(scale), plan)

@@ -34,10 +34,19 @@ def seed_everything(seed: int) -> None:
 
 
 def resolve_device(name: str) -> torch.device:
-    """``"auto"`` -> CUDA when available, else CPU; anything else is passed to ``torch.device``."""
+    """``"auto"`` -> CUDA when available, else CPU; anything else is passed to ``torch.device``.
+
+    A CUDA device with an index (``cuda:1``) also becomes the current CUDA device: what runs on the current
+    device and its stream rather than on its tensors' device (Triton launches outside a device guard, the
+    caching allocator's default, CUDA graphs) then runs on the configured GPU, not on GPU 0. Without CUDA
+    the device is returned as it is, and torch's own error comes at its first use.
+    """
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    device = torch.device(name)
+    if device.type == "cuda" and device.index is not None and torch.cuda.is_available():
+        torch.cuda.set_device(device)
+    return device
 
 
 def warmup_cosine(warmup_steps: int, total_steps: int):

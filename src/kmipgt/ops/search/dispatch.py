@@ -15,7 +15,7 @@ import kmipgt.ops.search.backends  # noqa: F401
 from kmipgt.ops.ragged import RaggedLayout, graph_ptr, key_graph_ptr, same_device
 from kmipgt.ops.search.checks import check_query_key, require_finite
 from kmipgt.ops.search.ivf_common import ProbeCalibration, check_recall
-from kmipgt.ops.search.registry import SearchBackend, auto_backend, get_backend, registered_backends
+from kmipgt.ops.search.registry import SearchBackend, get_backend, registered_backends, route, search_call
 
 __all__ = ["APPROXIMATE_BACKENDS", "SEARCH_BACKENDS", "Backend", "search_layout", "topk_inner_product"]
 
@@ -61,8 +61,9 @@ def topk_inner_product(
             (the same G graphs as the queries'). Neither: the keys are laid out as the queries. Taken by
             the backends ``"torch"``, ``"dense"``, ``"fused"``, ``"ivf"`` and ``"auto"`` (which picks the
             fastest exact one); the others raise ValueError where the keys' layout differs from the queries'.
-        backend: exact: ``"auto"`` (the fastest exact search for the device: ``"fused"`` on CPU,
-            ``"triton"`` on CUDA when installed, else ``"torch"``), ``"fused"`` (C++ kernel that never
+        backend: exact: ``"auto"`` (the fastest exact search that serves the call: ``"fused"`` on CPU,
+            ``"triton"`` on CUDA when installed and k, the head dim and the device's shared memory allow,
+            else ``"torch"``), ``"fused"`` (C++ kernel that never
             writes scores to memory, CPU; float64 is not supported), ``"triton"`` (the same on CUDA;
             needs ``triton``), ``"torch"`` (blockwise matmul + top-k, memory ``O(N·H·k)`` plus a bounded
             tile), ``"dense"`` (one score matrix per block of graphs; for tests and small inputs),
@@ -107,7 +108,9 @@ def topk_inner_product(
     if nlist is not None or nprobe is not None:
         raise ValueError(f"`nlist`/`nprobe` only apply to backends {APPROXIMATE_BACKENDS}, got {backend!r}")
     # Resolved after the option check: choosing may build the fused kernel.
-    chosen = chosen or auto_backend(query.device.type, query.dtype, queries_differ=key_ptr is not None, k=k)
+    if chosen is None:
+        keys = ptr if key_ptr is None else key_ptr
+        chosen = route(search_call(query, k, keys, queries_differ=key_ptr is not None))
     if layout is not None and chosen.takes_layout:
         options = {**options, "layout": layout}
     return chosen.search(query, key, k, ptr, **options)

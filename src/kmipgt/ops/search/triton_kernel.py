@@ -7,6 +7,9 @@ while some score of the tile beats a query's current k-th best, one winner per q
 Scores never reach global memory. Each score is packed with its key index into one int64 whose order is
 (score descending, index ascending), so the buffer, the threshold and the final sort need one compare.
 
+Block sizes and pipeline stages come from the launch plan the routing chose
+(:mod:`~kmipgt.ops.search.triton_plan`), so the kernel never asks for more shared memory than the device
+has; the launch runs on the inputs' device (:func:`~kmipgt.ops.search.cuda_device.device_guard`).
 ``TRITON_INTERPRET=1`` runs the same kernel on CPU tensors (for testing without a GPU).
 """
 
@@ -18,14 +21,21 @@ import triton.language as tl
 from torch import Tensor
 
 from kmipgt.ops.ragged import RaggedLayout
+from kmipgt.ops.search.cuda_device import device_guard
+from kmipgt.ops.search.triton_plan import SearchPlan
 
-__all__ = ["launch_topk_kernel"]
+__all__ = ["launch_topk_kernel", "positive_zero"]
 
-_BLOCK_M = 64
-_BLOCK_N = 64
 # Below every packed (score, index) key: the empty slot. As constexprs the int64 extremes keep their type.
 _EMPTY_SLOT = tl.constexpr(-(2**63))
 _UNUSED_SLOT = tl.constexpr(2**63 - 1)
+
+
+@triton.jit
+def positive_zero(x):
+    """``x`` with -0.0 made +0.0, so that scores of zero tie (and rank by index) whatever signed zero a
+    dot returns; an explicit select after the dot, which no compiler folds into the dot's accumulator."""
+    return tl.where(x == 0.0, 0.0, x)
 
 
 @triton.jit
@@ -76,8 +86,8 @@ def _topk_kernel(
             other=0.0,
         ).to(tl.float32)
         # tf32x3: three TF32 tensor-core products give float32 accuracy at twice the speed of
-        # the FMA-based "ieee" dot (H100, N = 1M, d = 16: 1.9 s vs 3.8 s); "+ 0.0" turns -0.0 into +0.0.
-        scores = tl.dot(q, kt, input_precision="tf32x3") + 0.0
+        # the FMA-based "ieee" dot (H100, N = 1M, d = 16: 1.9 s vs 3.8 s).
+        scores = positive_zero(tl.dot(q, kt, input_precision="tf32x3"))
         # Cheap float test first, against the k-th best score as a float (-inf while the buffer
         # fills); scores are packed with their indices only in tiles with a hit.
         threshold_bits = (threshold >> 32).to(tl.int32)
@@ -119,28 +129,29 @@ def _topk_kernel(
     tl.store(out_index + out, index, mask=ok)
 
 
-def _blocks(layout: RaggedLayout) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _blocks(layout: RaggedLayout, block_m: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Per query block: ``[B]`` query start/end and key start/end rows (a block never spans two graphs)."""
     ptr = layout.ptr
     sizes = ptr[1:] - ptr[:-1]
-    counts = (sizes + _BLOCK_M - 1) // _BLOCK_M
+    counts = (sizes + block_m - 1) // block_m
     graph = torch.repeat_interleave(torch.arange(sizes.numel()), counts)
     first_block = torch.repeat_interleave(counts.cumsum(0) - counts, counts)
-    q_start = ptr[graph] + (torch.arange(graph.numel()) - first_block) * _BLOCK_M
-    q_end = torch.minimum(q_start + _BLOCK_M, ptr[graph + 1])
+    q_start = ptr[graph] + (torch.arange(graph.numel()) - first_block) * block_m
+    q_end = torch.minimum(q_start + block_m, ptr[graph + 1])
     return tuple(layout.to_device(t) for t in (q_start, q_end, ptr[graph], ptr[graph + 1]))
 
 
 def launch_topk_kernel(
-    query: Tensor, key: Tensor, k: int, ptr: Tensor, layout: RaggedLayout | None = None
+    query: Tensor, key: Tensor, k: int, ptr: Tensor, plan: SearchPlan, layout: RaggedLayout | None = None
 ) -> tuple[Tensor, Tensor]:
     """Exact top-k keys per query within its own graph; inputs already checked by the ``triton`` backend.
 
     Args:
         query: ``[N, H, d]`` CUDA queries (float32, float16 or bfloat16; scored at float32 accuracy).
         key: ``[N, H, d]`` keys, same dtype and device.
-        k: keys per query, small enough for the k-best buffer to stay in registers (``<= 128``).
+        k: keys per query, at most ``plan.k_pad`` (the k-best buffer stays in registers).
         ptr: ``[G + 1]`` validated CSR offsets of the graphs.
+        plan: the blocks and stages of the launch (:func:`~kmipgt.ops.search.triton_plan.search_plan`).
         layout: the batch's layout (of ``ptr``), whose block tables are built once and reused; default: one
             built for this call.
 
@@ -153,26 +164,28 @@ def launch_topk_kernel(
     index = torch.full((num_nodes, heads, k), -1, dtype=torch.long, device=query.device)
     if layout is None:
         layout = RaggedLayout(ptr.cpu().long(), query.device)
-    q_start, q_end, k_start, k_end = layout.derived("triton_search_blocks", _blocks)
-    if q_start.numel() == 0:
-        return scores.to(query.dtype), index
-    block_d = max(16, 1 << (dim - 1).bit_length())
-    k_pad = max(16, 1 << (k - 1).bit_length())
-    _topk_kernel[(q_start.numel(), heads)](
-        query.detach().contiguous(),
-        key.detach().contiguous(),
-        scores,
-        index,
-        q_start,
-        q_end,
-        k_start,
-        k_end,
-        heads,
-        dim,
-        k,
-        BLOCK_M=_BLOCK_M,
-        BLOCK_N=_BLOCK_N,
-        BLOCK_D=block_d,
-        K_PAD=k_pad,
+    q_start, q_end, k_start, k_end = layout.derived(
+        f"triton_search_blocks_{plan.block_m}", lambda layout: _blocks(layout, plan.block_m)
     )
+    if q_start.numel() == 0 or k == 0:
+        return scores.to(query.dtype), index
+    with device_guard(query.device):
+        _topk_kernel[(q_start.numel(), heads)](
+            query.detach().contiguous(),
+            key.detach().contiguous(),
+            scores,
+            index,
+            q_start,
+            q_end,
+            k_start,
+            k_end,
+            heads,
+            dim,
+            k,
+            BLOCK_M=plan.block_m,
+            BLOCK_N=plan.block_n,
+            BLOCK_D=plan.block_d,
+            K_PAD=plan.k_pad,
+            num_stages=plan.stages,
+        )
     return scores.to(query.dtype), index

@@ -16,7 +16,7 @@ from torch import Tensor
 from kmipgt.ops.search import ivf_common
 from kmipgt.ops.search.blockwise import sort_by_score_then_index
 from kmipgt.ops.search.ivf_common import check_option, default_nlist, default_nprobe, lift
-from kmipgt.ops.search.registry import SearchBackend, auto_backend, importable, register
+from kmipgt.ops.search.registry import SearchBackend, importable, register, route, search_call
 
 __all__ = ["topk_faiss"]
 
@@ -69,10 +69,9 @@ def topk_faiss(
         if size == 0:
             continue
         if size < ivf_common.IVF_MIN_NODES:
-            exact = auto_backend(query.device.type, query.dtype)
-            _, local = exact.search(
-                query[start : start + size], key[start : start + size], k, torch.tensor([0, size])
-            )
+            graph_ptr = torch.tensor([0, size])
+            exact = route(search_call(query, k, graph_ptr, queries_differ=False))
+            _, local = exact.search(query[start : start + size], key[start : start + size], k, graph_ptr)
             index_out[start : start + size] = torch.where(local >= 0, local + start, -1).cpu()
             continue
         lists = min(size, nlist if nlist is not None else default_nlist(size))

@@ -20,7 +20,7 @@ from kmipgt.ops.search import ivf_common
 from kmipgt.ops.search.blockwise import sort_by_score_then_index, tile_topk
 from kmipgt.ops.search.fused_kernel import FUSED_DTYPES, fused_library, group_probes, probe_topk_fused
 from kmipgt.ops.search.ivf_common import ProbeCalibration, check_option, default_nlist, default_nprobe, lift
-from kmipgt.ops.search.registry import SearchBackend, auto_backend, register
+from kmipgt.ops.search.registry import SearchBackend, register, route, search_call
 
 __all__ = ["CALIBRATION_QUERIES", "topk_ivf"]
 # k-means is trained on at most this many keys per list (as faiss does), for a bounded build time.
@@ -309,7 +309,8 @@ def _search_exactly(
     query: Tensor, key: Tensor, k: int, ptr: Tensor, key_ptr: Tensor, graphs: list[int], queries_differ: bool,
     out: tuple[Tensor, Tensor],
 ) -> None:
-    """Exact search (by ``auto``) of the small ``graphs``, gathered into one batch, written into ``out``."""
+    """Exact search (by the backend ``auto`` routes this batch to) of the small ``graphs``, gathered into
+    one batch, written into ``out``."""
 
     def rows_of(layout: Tensor) -> Tensor:
         return torch.cat([torch.arange(int(layout[g]), int(layout[g + 1])) for g in graphs]).to(query.device)
@@ -319,9 +320,10 @@ def _search_exactly(
         return torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
 
     rows, key_rows = rows_of(ptr), rows_of(key_ptr)
-    exact = auto_backend(query.device.type, query.dtype, queries_differ=queries_differ)
-    layout = {"key_ptr": offsets(key_ptr)} if queries_differ else {}
-    scores, index = exact.search(query[rows], key[key_rows], k, offsets(ptr), **layout)
+    small_ptr, small_key_ptr = offsets(ptr), offsets(key_ptr)
+    exact = route(search_call(query, k, small_key_ptr, queries_differ=queries_differ))
+    layout = {"key_ptr": small_key_ptr} if queries_differ else {}
+    scores, index = exact.search(query[rows], key[key_rows], k, small_ptr, **layout)
     found = index >= 0
     index[found] = key_rows[index[found]]
     out[0][rows], out[1][rows] = scores, index

@@ -1,0 +1,233 @@
+"""``make gpu-check``: every GPU measurement in one command, then one summary line per target.
+
+Made for a GPU machine as it is, reaching no package registry: each target runs as a subprocess of this
+interpreter with a time limit of its own, within one budget for the whole check; a target that fails or
+runs out of time is reported and the next one runs. Each target writes its JSON (and its log) under the
+output folder, ``summary.json`` lists every outcome, and the summary lines are printed last, one per
+target: ``NAME: measured NUMBERS`` or ``NAME: failed REASON``.
+
+``python -m kmipgt.bench.gpu_check [--out bench-out/gpu] [--peptides-root PATH] [--budget SECONDS]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib.util
+import json
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ElementTree
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["BUDGET", "Target", "main", "run_targets", "targets"]
+
+# Seconds for the whole check: a device command may run 10 minutes, and the wheels' install and the
+# interpreter's start come first.
+BUDGET = 570.0
+
+# Printed as JSON by the environment target: the device, the stack and the packages the bundle brings.
+_ENVIRONMENT = """
+import importlib, json, sys, torch
+versions = {}
+for name in ("torch", "triton", "torch_geometric", "pygsp", "ogb", "rdkit", "kmipgt"):
+    try:
+        versions[name] = getattr(importlib.import_module(name), "__version__", "present")
+    except ImportError:
+        versions[name] = None
+gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
+json.dump({"gpu": gpu, "versions": versions}, open(sys.argv[1], "w"), indent=2)
+"""
+
+
+@dataclass(frozen=True)
+class Target:
+    """One measurement: ``args`` after the interpreter, its time ``limit`` in seconds, and ``summarise``,
+    which turns the target's output folder into the numbers of its summary line (raising where they are
+    missing). ``refused``: why it cannot run here at all (reported as its failure, nothing run)."""
+
+    name: str
+    args: list[str]
+    limit: float
+    summarise: Callable[[Path], str]
+    refused: str | None = None
+
+
+def _read(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def _environment(out: Path) -> str:
+    found = _read(out / "environment.json")
+    missing = [name for name, version in found["versions"].items() if version is None]
+    if missing:
+        raise RuntimeError(f"missing {', '.join(missing)} (run make gpu-bundle and carry .whl)")
+    if found["gpu"] is None:
+        raise RuntimeError(f"no CUDA device visible to torch {found['versions']['torch']}")
+    return f"{found['gpu']}, " + ", ".join(f"{name} {version}" for name, version in found["versions"].items())
+
+
+def _pytest(out: Path) -> str:
+    suite = ElementTree.parse(out / "pytest.xml").getroot().iter("testsuite")
+    counts = {key: 0 for key in ("tests", "failures", "errors", "skipped")}
+    for node in suite:
+        for key in counts:
+            counts[key] += int(node.get(key, 0))
+    bad = counts["failures"] + counts["errors"]
+    passed = counts["tests"] - bad - counts["skipped"]
+    if passed == 0:
+        raise RuntimeError(f"no test ran ({counts['skipped']} skipped: no CUDA device?)")
+    return f"{passed} passed, {bad} failed, {counts['skipped']} skipped"
+
+
+def _ragged(out: Path) -> str:
+    records = {(r["method"], r["pass"]): r for r in _read(out / "ragged" / "ragged.json")["records"]}
+    kmip = records["kmip", "forward+backward"]
+    return (
+        f"kmip forward+backward {kmip['time_median'] * 1e3:.3f} ms ({kmip['host_syncs']} host syncs), "
+        f"full {records['full', 'forward+backward']['time_median'] * 1e3:.3f} ms, "
+        f"padded SDPA {records['sdpa-padded', 'forward+backward']['time_median'] * 1e3:.3f} ms"
+    )
+
+
+def _step(folder: str) -> Callable[[Path], str]:
+    def summarise(out: Path) -> str:
+        step = _read(out / folder / "step.json")
+        parts = ", ".join(f"{name} {ms:.2f}" for name, ms in step["parts_ms"].items())
+        return f"step {step['step_ms']:.2f} ms ({parts} ms) on {step['device']}"
+
+    return summarise
+
+
+def _epochs(folder: str) -> Callable[[Path], str]:
+    def summarise(out: Path) -> str:
+        with open(out / folder / "log.csv", newline="") as file:
+            seconds = [float(row["seconds"]) for row in csv.DictReader(file)]
+        if len(seconds) < 2:
+            raise RuntimeError(f"{len(seconds)} epoch(s) logged, 2 expected")
+        return ", ".join(f"epoch {i} {s:.2f} s" for i, s in enumerate(seconds, 1))
+
+    return summarise
+
+
+def _million(out: Path) -> str:
+    (point,) = _read(out / "attention-1m" / "attention.json")["points"]
+    if point["status"] != "ok":
+        raise RuntimeError(f"{point['status']}: {point.get('reason', '')}")
+    spread = f"[{point['time_min']:.3f}–{point['time_max']:.3f}]"
+    memory = f"{point['peak_memory_bytes'] / 2**20:.0f} MiB"
+    return f"N = {point['n']:,}: {point['time_median']:.3f} s {spread}, {memory}"
+
+
+def _shapes(out: Path) -> str:
+    shapes = _read(out / "limit-shapes" / "limit_shapes.json")["shapes"]
+    return ", ".join(f"{s['shape']} {s['forward_backward_ms']:.2f} ms ({s['path']})" for s in shapes)
+
+
+def pytest_options() -> list[str]:
+    """Options of ``pytest -m cuda`` from the plugins at hand: 8 xdist workers (they compile the kernels in
+    parallel), and a limit per test, so that one hung test fails alone."""
+    options = []
+    if importlib.util.find_spec("xdist") is not None:
+        options += ["-n", "8"]
+    if importlib.util.find_spec("pytest_timeout") is not None:
+        options += ["--timeout", "120"]
+    return options
+
+
+def targets(out: Path, peptides_root: str | None, pytest_extra: list[str]) -> list[Target]:
+    """The targets in the order they run; ``pytest_extra``: options of ``pytest -m cuda``."""
+    kmipgt = ["-m", "kmipgt"]
+    step = [*kmipgt, "bench", "step", "--config", "peptides_func", "--device", "cuda"]
+    no_root = None if peptides_root else "PEPTIDES_ROOT is not set (a local Peptides-func copy)"
+    result = [
+        Target("environment", ["-c", _ENVIRONMENT, str(out / "environment.json")], 30, _environment),
+        Target("pytest -m cuda", ["-m", "pytest", "-q", "-m", "cuda", "-p", "no:cacheprovider", *pytest_extra,
+                                  f"--junitxml={out / 'pytest.xml'}"], 200, _pytest),
+        Target("bench ragged", [*kmipgt, "bench", "ragged", "--device", "cuda", "--out", str(out / "ragged")],
+               45, _ragged),
+        Target("bench step kmip", [*step, "--out", str(out / "step-kmip")], 45, _step("step-kmip")),
+        Target("bench step none", [*step, "--set", "model.attention=none", "--out", str(out / "step-none")],
+               35, _step("step-none")),
+    ]
+    million = [*kmipgt, "bench", "attention", "--device", "cuda", "--n", "1048576", "--methods", "kmip",
+               "--backends", "auto", "--dim", "16", "--dim-v", "16", "-k", "16",
+               "--passes", "forward+backward", "--repeats", "3", "--warmup", "1", "--time-budget", "120",
+               "--out", str(out / "attention-1m")]
+    result.append(Target("1M-token k-MIP forward+backward", million, 75, _million))
+    shapes = ["-m", "kmipgt.bench.limit_shapes", "--device", "cuda", "--out", str(out / "limit-shapes")]
+    result.append(Target("limit shapes", shapes, 40, _shapes))
+    # Last: the only targets that need data from outside; they get what the budget has left.
+    for attention in ("kmip", "none"):
+        folder = f"epochs-{attention}"
+        args = [*kmipgt, "train", "--config", "peptides_func", "--set", f"data.options.root={peptides_root}",
+                "--set", "optim.epochs=2", "--set", "device=cuda", "--set", f"model.attention={attention}",
+                "--set", f"out_dir={out / folder}", "--overwrite", "--no-progress"]
+        result.append(Target(f"two Peptides-func epochs {attention}", args, 75, _epochs(folder), no_root))
+    return result
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "no output"
+
+
+def _run(target: Target, out: Path, limit: float) -> tuple[str, str]:
+    """``("measured", numbers)`` or ``("failed", reason)``; the target's output goes to its log."""
+    if target.refused:
+        return "failed", target.refused
+    log = out / "logs" / (target.name.replace(" ", "-").replace("/", "-") + ".log")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as file:
+        try:
+            done = subprocess.run([sys.executable, *target.args], stdout=file, stderr=subprocess.STDOUT,
+                                  timeout=limit, check=False)
+        except subprocess.TimeoutExpired:
+            return "failed", f"timed out after {limit:.0f} s (log: {log})"
+    try:
+        numbers = target.summarise(out)
+    except Exception as error:  # a target's missing or unreadable result is its failure, not the check's
+        if done.returncode != 0:  # then its output says why, not the missing file
+            return "failed", f"exit {done.returncode}: {_last_line(log.read_text())} (log: {log})"
+        return "failed", f"{type(error).__name__}: {error} (log: {log})"
+    if done.returncode != 0:
+        return "failed", f"exit {done.returncode}: {numbers}; {_last_line(log.read_text())} (log: {log})"
+    return "measured", numbers
+
+
+def run_targets(chosen: list[Target], out: Path, budget: float) -> list[dict]:
+    """Run ``chosen`` in order within ``budget`` seconds, each within its own limit and leaving a few
+    seconds to each one after it; write ``summary.json``, print one line per target last, return them."""
+    out.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + budget
+    outcomes = []
+    for position, target in enumerate(chosen):
+        reserve = 5.0 * (len(chosen) - position - 1)
+        limit = max(1.0, min(target.limit, deadline - time.monotonic() - reserve))
+        start = time.monotonic()
+        status, detail = _run(target, out, limit)
+        outcomes.append({"target": target.name, "status": status, "detail": detail,
+                         "seconds": round(time.monotonic() - start, 1), "limit": round(limit, 1)})
+        print(f"[{target.name}] {status} in {outcomes[-1]['seconds']} s", flush=True)
+    (out / "summary.json").write_text(json.dumps(outcomes, indent=2) + "\n")
+    print("\nGPU check summary:")
+    for outcome in outcomes:
+        print(f"{outcome['target']}: {outcome['status']} {outcome['detail']}")
+    return outcomes
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("bench-out/gpu"), help="folder of every result")
+    parser.add_argument("--peptides-root", default=None, help="local Peptides-func copy (data.options.root)")
+    parser.add_argument("--budget", type=float, default=BUDGET, help="seconds for the whole check")
+    args = parser.parse_args(argv)
+    outcomes = run_targets(targets(args.out, args.peptides_root, pytest_options()), args.out, args.budget)
+    return 0 if all(outcome["status"] == "measured" for outcome in outcomes) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
