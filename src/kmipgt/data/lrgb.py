@@ -35,6 +35,7 @@ from torch_geometric.data import Data
 from torch_geometric.datasets import LRGBDataset
 from tqdm.auto import tqdm
 
+from kmipgt.atomic import save_tensors
 from kmipgt.data import cache
 from kmipgt.logs import quiet
 from kmipgt.safe_load import (
@@ -172,7 +173,7 @@ def convert_original_peptides(
     raw_dir = out_root / key / "raw"
     raw_dir.mkdir(parents=True, exist_ok=True)
     for split in SPLITS:
-        torch.save([graphs[int(i)] for i in split_index[split]], raw_dir / f"{split}.pt")
+        save_tensors([graphs[int(i)] for i in split_index[split]], raw_dir / f"{split}.pt")
     return out_root
 
 

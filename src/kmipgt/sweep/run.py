@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 import kmipgt
+from kmipgt.atomic import atomic_write_text
 from kmipgt.sweep.spec import Cell, Sweep, cell_dir, cell_overrides, expand, format_value
 from kmipgt.train.config import config_differences, config_to_dict, load_config
 from kmipgt.train.validation import validate_config
@@ -110,7 +111,7 @@ def run_cell(sweep: Sweep, cell: Cell) -> Outcome:
     error_file = directory / "error.txt"
     if process.returncode != 0:
         lines = process.stderr.splitlines() or [f"exit code {process.returncode}"]
-        error_file.write_text("\n".join(lines[-ERROR_TAIL_LINES:]) + "\n")
+        atomic_write_text(error_file, "\n".join(lines[-ERROR_TAIL_LINES:]) + "\n")
         last = next((line for line in reversed(lines) if line.strip()), f"exit code {process.returncode}")
         return Outcome(cell, _row(cell, None, last.strip()), seconds, reused=False)
     error_file.unlink(missing_ok=True)  # from an earlier failed attempt

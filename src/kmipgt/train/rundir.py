@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from kmipgt.train.atomic import TEMP_SUFFIX
+from kmipgt.atomic import TEMP_SUFFIX
 from kmipgt.train.config import Config, load_config
 from kmipgt.train.validation import validate_config
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import torch
 
+from kmipgt.atomic import save_tensors
 from kmipgt.nn import GraphTransformer
-from kmipgt.train.atomic import atomic_write
 from kmipgt.train.loop import Trainer
 from kmipgt.train.task import forward
 
@@ -52,5 +52,5 @@ def save_first_layer_tokens(trainer: Trainer) -> Path:
         "dataset": trainer.data.name,
         "layer": 0,
     }
-    atomic_write(path, lambda f: torch.save(tokens, f))
+    save_tensors(tokens, path)
     return path
