@@ -15,7 +15,7 @@ import kmipgt
 from kmipgt.atomic import atomic_write_text, save_array, save_figure, save_named_arrays, save_tensors
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 PACKAGE = Path(kmipgt.__file__).parent
 

@@ -1,3 +1,5 @@
+import logging
+import os
 
 import networkx as nx
 import numpy as np
@@ -143,3 +145,30 @@ def test_bad_arguments_raise_clear_errors():
         eccentricity_labels(edges, lengths, 20, num_classes=0, use_cache=False)
     with pytest.raises(ValueError, match="backend"):
         eccentricity_labels(edges, lengths, 20, backend="gpu", use_cache=False)
+
+
+def _tree(folder):
+    return {str(path.relative_to(folder)): path.lstat() for path in sorted(folder.rglob("*"))}
+
+
+def test_a_shared_cache_is_neither_read_nor_written(monkeypatch, tmp_path, caplog):
+    edges, lengths = _random_road_graph(100, seed=3)
+    expected, _ = eccentricity_labels(edges, lengths, 100, hops=3, progress=False)
+    [cached] = (tmp_path / "kmipgt_cache" / "labels").glob("ecc-*.npy")
+    # What someone who can write to a shared cache would plant: other labels under the entry's name, and
+    # symlinks to a victim under the names of temporary files.
+    shared, victim = tmp_path / "shared", tmp_path / "victim"
+    (shared / "labels").mkdir(parents=True)
+    np.save(shared / "labels" / cached.name, np.zeros(100))
+    victim.write_text("someone else's file")
+    for pid in range(os.getpid() - 5, os.getpid() + 50):
+        (shared / "labels" / f"{cached.stem}.{pid}.tmp.npy").symlink_to(victim)
+    os.chmod(shared, 0o777)
+    before = _tree(shared)
+    monkeypatch.setenv("KMIPGT_CACHE", str(shared))
+    with caplog.at_level(logging.WARNING, logger="kmipgt"):
+        eccentricity, _ = eccentricity_labels(edges, lengths, 100, hops=3, progress=False)
+    torch.testing.assert_close(eccentricity, expected, rtol=0, atol=0)
+    assert victim.read_text() == "someone else's file" and _tree(shared) == before
+    [line] = [record.getMessage() for record in caplog.records]
+    assert len(line.splitlines()) == 1 and line.startswith(f"{shared} belongs to another user or others may")
