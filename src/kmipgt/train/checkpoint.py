@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from kmipgt.atomic import save_tensors
-from kmipgt.safe_load import NUMPY_ARRAY_SAFE_GLOBALS, RefusedFileError, torch_load_safely
+from kmipgt.safe_load import NUMPY_ARRAY_SAFE_GLOBALS, RefusedFileError, UnsafeFileError, torch_load_safely
 
 # What resume reads from last.pt (written by Trainer._checkpoint_content).
 RESUME_KEYS = ("config", "model", "optimizer", "scheduler", "state", "rng")
@@ -110,7 +110,7 @@ def load_checkpoint(path: Path, keys: tuple[str, ...] = ("model",), *, trust: bo
         raise FileNotFoundError(f"no checkpoint at {path}")
     try:
         content = _read(path, trust)
-    except RefusedFileError:
+    except UnsafeFileError:
         raise
     except (RuntimeError, EOFError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile) as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
