@@ -26,6 +26,7 @@ from scipy.sparse.csgraph import dijkstra
 from tqdm.auto import tqdm
 
 from kmipgt.data import ball_kernel, cache
+from kmipgt.data.graph_checks import check_edge_index
 from kmipgt.logs import quiet
 
 # Graphs below this size are labelled in-process: starting workers costs more than it saves.
@@ -213,22 +214,16 @@ def partition_labels(values: torch.Tensor, num_classes: int) -> torch.Tensor:
 
 
 def _check_graph(edge_index, edge_length, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
-    edge_index = np.asarray(torch.as_tensor(edge_index).cpu())
-    edge_length = np.asarray(torch.as_tensor(edge_length).cpu(), dtype=np.float64)
     if not isinstance(num_nodes, int | np.integer) or num_nodes < 0:
         raise ValueError(f"num_nodes must be a non-negative int, got {num_nodes!r}")
-    if edge_index.ndim != 2 or edge_index.shape[0] != 2 or not np.issubdtype(edge_index.dtype, np.integer):
-        raise ValueError(f"edge_index must be an integer array of shape [2, E], got {edge_index.dtype} "
-                         f"{edge_index.shape}")
+    edge_index = check_edge_index(torch.as_tensor(edge_index).cpu(), int(num_nodes), "edge_index").numpy()
+    edge_length = np.asarray(torch.as_tensor(edge_length).cpu(), dtype=np.float64)
     if edge_length.shape != (edge_index.shape[1],):
         raise ValueError(f"edge_length must have shape [E] = ({edge_index.shape[1]},), "
                          f"got {edge_length.shape}")
-    if edge_index.size and (edge_index.min() < 0 or edge_index.max() >= num_nodes):
-        raise ValueError(f"edge_index entries must lie in [0, {num_nodes}), got [{edge_index.min()}, "
-                         f"{edge_index.max()}]")
     if not np.all(np.isfinite(edge_length)) or (edge_length.size and edge_length.min() < 0):
         raise ValueError("edge_length must be finite and >= 0 (road length in metres)")
-    return edge_index.astype(np.int64), edge_length
+    return edge_index, edge_length
 
 
 def eccentricity_labels(
