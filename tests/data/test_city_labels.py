@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from kmipgt import cpus
 from kmipgt.data import (
     city_labels,
     eccentricity_labels,
@@ -65,6 +66,7 @@ def test_worker_pool_matches_in_process(monkeypatch, backend):
     options = {"hops": 5, "use_cache": False, "progress": False}
     serial, _ = eccentricity_labels(edges, lengths, 600, num_workers=1, backend="scipy", **options)
     monkeypatch.setattr(city_labels, "_MIN_NODES_FOR_WORKERS", 0)
+    monkeypatch.setattr(cpus, "available_cpus", lambda: 2)  # a pool of two even on one CPU
     pooled, _ = eccentricity_labels(edges, lengths, 600, num_workers=2, backend=backend, **options)
     torch.testing.assert_close(serial, pooled, rtol=0, atol=1e-9)
 
@@ -172,3 +174,25 @@ def test_a_shared_cache_is_neither_read_nor_written(monkeypatch, tmp_path, caplo
     assert victim.read_text() == "someone else's file" and _tree(shared) == before
     [line] = [record.getMessage() for record in caplog.records]
     assert len(line.splitlines()) == 1 and line.startswith(f"{shared} belongs to another user or others may")
+
+
+def test_workers_are_capped_at_the_cpus_this_process_may_use(monkeypatch, caplog):
+    edges, lengths = _random_road_graph(600, seed=2)
+    real_context, pools = city_labels.multiprocessing.get_context, []
+
+    class Recording:
+        def __init__(self, method):
+            self.context = real_context(method)
+
+        def Pool(self, processes, **options):
+            pools.append(processes)
+            return self.context.Pool(processes, **options)
+
+    monkeypatch.setattr(city_labels.multiprocessing, "get_context", Recording)
+    monkeypatch.setattr(city_labels, "_MIN_NODES_FOR_WORKERS", 0)
+    with caplog.at_level(logging.WARNING, logger="kmipgt"):
+        eccentricity_labels(edges, lengths, 600, hops=3, num_workers=150, use_cache=False, progress=False)
+    allowed = len(os.sched_getaffinity(0))
+    assert pools == ([allowed] if allowed > 1 else [])
+    assert [record.getMessage() for record in caplog.records] == [
+        f"num_workers: 150 is more than the {allowed} CPUs this process may use; using {allowed}"]

@@ -15,7 +15,6 @@ Nodes are independent, so the work is spread over worker processes. The result i
 from __future__ import annotations
 
 import multiprocessing
-import os
 from collections.abc import Callable
 from functools import partial
 
@@ -25,6 +24,7 @@ import torch
 from scipy.sparse.csgraph import dijkstra
 from tqdm.auto import tqdm
 
+from kmipgt.cpus import capped_at_cpus
 from kmipgt.data import ball_kernel, cache
 from kmipgt.data.graph_checks import check_edge_index
 from kmipgt.logs import quiet
@@ -161,18 +161,18 @@ def ball_eccentricity(
     """Road-length eccentricity of ``nodes`` (default: all) in their ``hops``-hop balls: float64 ``[M]``.
 
     ``adjacency`` is a symmetric CSR matrix from :func:`road_adjacency`. ``num_workers`` processes share the
-    work (default: all CPU cores); a tqdm bar shows progress. ``backend``: ``"scipy"`` (numpy BFS + scipy
-    Dijkstra per node), ``"numba"`` (the compiled kernel of :mod:`kmipgt.data.ball_kernel`, same results,
-    ~5x less CPU) or ``"auto"`` (numba when installed).
+    work (default, and at most: one per CPU this process may use); a tqdm bar shows progress.
+    ``backend``: ``"scipy"`` (numpy BFS + scipy Dijkstra per node), ``"numba"`` (the compiled kernel of
+    :mod:`kmipgt.data.ball_kernel`, same results, ~5x less CPU) or ``"auto"`` (numba when installed).
     """
     indptr = adjacency.indptr.astype(np.int64)
     indices = adjacency.indices.astype(np.int64)
     data = adjacency.data.astype(np.float64)
     num_nodes = adjacency.shape[0]
     nodes = np.arange(num_nodes, dtype=np.int64) if nodes is None else np.asarray(nodes, dtype=np.int64)
-    workers = (os.cpu_count() or 1) if num_workers is None else num_workers
-    if workers < 1:
+    if num_workers is not None and num_workers < 1:
         raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+    workers = capped_at_cpus(num_workers, "num_workers")
     solver = _chunk_solver(indptr, indices, data, hops, _resolve_backend(backend))
     # Small chunks keep the bar moving and balance load (ball sizes vary a lot across a city).
     chunks = np.array_split(nodes, max(1, nodes.size // 512))
@@ -246,7 +246,7 @@ def eccentricity_labels(
         num_nodes: number of nodes ``N``.
         hops: radius of the ball in hops (City-Networks: 16).
         num_classes: number of equal-size classes (City-Networks: 10).
-        num_workers: worker processes (default: all CPU cores).
+        num_workers: worker processes (default, and at most: one per CPU this process may use).
         backend: ``"auto"``, ``"numba"`` or ``"scipy"``, see :func:`ball_eccentricity` (same results).
         use_cache: read/write the eccentricities in the on-disk cache, keyed by a hash of the graph and
             ``hops``.

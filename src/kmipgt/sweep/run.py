@@ -11,12 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from kmipgt.atomic import atomic_write_text
 from kmipgt.child import run_python_module
 from kmipgt.sweep.spec import Cell, Sweep, cell_dir, cell_overrides, expand, format_value
-from kmipgt.train.config import config_differences, config_to_dict, load_config
+from kmipgt.train.config import config_differences, config_to_dict, load_config, read_yaml
 from kmipgt.train.validation import validate_config
 
 METRIC_COLUMNS = ("train", "val", "test", "best_epoch", "epochs", "seconds_per_epoch", "peak_memory_mb",
@@ -53,8 +51,9 @@ def _config_changed(sweep: Sweep, cell: Cell) -> bool:
     Unset ``threads`` matches any count: the run saved the count it resolved it to. Keys the saved config
     lacks (written before they existed) count as their defaults.
     """
-    with open(cell_dir(sweep, cell) / "config.yaml") as f:
-        saved = yaml.safe_load(f)
+    path = cell_dir(sweep, cell) / "config.yaml"
+    with open(path) as f:
+        saved = read_yaml(f, str(path))
     expected = config_to_dict(load_config(sweep.base, cell_overrides(sweep, cell)))
     if expected["threads"] is None:
         expected["threads"] = saved.get("threads")

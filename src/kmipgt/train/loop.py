@@ -21,6 +21,7 @@ from torch_geometric.data import Data
 from tqdm import tqdm
 
 from kmipgt.atomic import atomic_write_text
+from kmipgt.cpus import capped_at_cpus
 from kmipgt.distributed.batch_norm import global_batch_norms
 from kmipgt.distributed.collect import gather_objects, run_on_main, sum_across_ranks, sum_gradients
 from kmipgt.distributed.graph_model import PartitionedGraphTransformer
@@ -103,7 +104,7 @@ class Trainer:
         if config.threads is not None:
             if config.threads <= 0:
                 raise ValueError(f"threads must be a positive int or null, got {config.threads}")
-            torch.set_num_threads(config.threads)
+            torch.set_num_threads(capped_at_cpus(config.threads, "threads"))
         seed_everything(config.seed)
         self.data = data if data is not None else prepare_data(config)
         seed_everything(config.seed)
