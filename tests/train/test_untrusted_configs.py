@@ -3,25 +3,15 @@ messages, thread and worker counts capped at the CPUs this process may use."""
 
 import logging
 import os
-from pathlib import Path
 
 import pytest
 import torch
 import yaml
 
 from kmipgt.cli import main
+from tiny_runs import TINY_DIGITS
 
-DEFAULTS = Path(__file__).resolve().parents[1] / "defaults.yaml"
-TINY = ["--config", str(DEFAULTS), "--set", "data.name=digits_knn", "--set", "model.num_layers=1",
-        "--set", "model.channels=8", "--set", "model.k=4", "--set", "device=cpu", "--set", "optim.epochs=1"]
-
-
-@pytest.fixture(autouse=True)
-def _keep_thread_count():
-    """Trainer sets torch's thread count for the run; later tests keep their own."""
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
+TINY = [*TINY_DIGITS, "--set", "optim.epochs=1"]
 
 
 def _laughs(levels=9):
