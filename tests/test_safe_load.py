@@ -3,6 +3,9 @@
 import collections
 import io
 import pickle
+import struct
+import warnings
+import zipfile
 
 import numpy as np
 import pytest
@@ -15,6 +18,7 @@ from kmipgt.safe_load import (
     NUMPY_ARRAY_GLOBALS,
     PLAIN_GLOBALS,
     RefusedFileError,
+    UnsafeFileError,
     load_processed_dataset,
     load_restricted_pickle,
     tensor_globals,
@@ -128,3 +132,119 @@ def test_a_plain_pickle_is_refused_by_the_weights_only_reader(tmp_path):
     path.write_bytes(pickle.dumps({"w": [1, 2]}))
     with pytest.raises(RefusedFileError, match=r"refers to content the weights-only unpickler does not read"):
         torch_load_safely(path, path)
+
+
+class _Oversized:
+    """Pickled as a tensor of ``size`` over ``storage``, whatever the storage holds."""
+
+    def __init__(self, storage, size):
+        self.storage, self.size = storage, size
+
+
+class _OversizedPickler(pickle.Pickler):
+    def reducer_override(self, obj):
+        if isinstance(obj, _Oversized):
+            arguments = (obj.storage, 0, obj.size, (1,), False, collections.OrderedDict())
+            return torch._utils._rebuild_tensor_v2, arguments
+        return NotImplemented
+
+
+class _OversizedPickle:
+    """A pickle module for ``torch.save(pickle_module=...)`` whose pickler writes :class:`_Oversized`."""
+
+    __name__ = "oversized_pickle"
+    Pickler = _OversizedPickler
+    dump = staticmethod(pickle.dump)
+
+
+def _ten_floats():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # TypedStorage is what torch.save pickles for a tensor
+        return torch.zeros(10).storage()
+
+
+def _torch_never_reads(monkeypatch):
+    """torch.load fails if called: a file must be refused before torch allocates anything for it."""
+
+    def fail(*args, **kwargs):
+        raise AssertionError("torch.load read the file")
+
+    monkeypatch.setattr(torch, "load", fail)
+
+
+@pytest.mark.parametrize("zipped", [True, False])
+def test_a_tensor_beyond_its_storage_is_refused_before_torch_reads_it(tmp_path, zipped, monkeypatch):
+    path = tmp_path / "file.pt"
+    with open(path, "wb") as handle:
+        torch.save(_Oversized(_ten_floats(), (50_000_000,)), handle, pickle_module=_OversizedPickle,
+                   _use_new_zipfile_serialization=zipped)
+    _torch_never_reads(monkeypatch)
+    with pytest.raises(UnsafeFileError) as error:
+        torch_load_safely(path, path)
+    reason = "a tensor reaches element 50000000 of a storage of 10 elements"
+    assert str(error.value) == f"{path} was not loaded: {reason}"
+
+
+def test_a_pickled_tensor_beyond_its_storage_is_refused_before_it_is_built(tmp_path, monkeypatch):
+    path = tmp_path / "file.pickle"
+    with open(path, "wb") as handle:
+        _OversizedPickler(handle).dump([_Oversized(_ten_floats(), (50_000_000,))])
+
+    def fail(*args):
+        raise AssertionError("the tensor was built")
+
+    monkeypatch.setattr(torch._utils, "_rebuild_tensor_v2", fail)
+    with pytest.raises(UnsafeFileError, match=r"reaches element 50000000 of a storage of 10 elements$"):
+        load_restricted_pickle(path, {**PLAIN_GLOBALS, **tensor_globals(path)})
+
+
+def _rezipped(path, compression):
+    """``path``'s members written again with ``compression``."""
+    with zipfile.ZipFile(path) as source:
+        members = [(info, source.read(info.filename)) for info in source.infolist()]
+    with zipfile.ZipFile(path, "w", compression=compression) as target:
+        for info, content in members:
+            target.writestr(info.filename, content)
+
+
+def test_a_compressed_member_is_refused_before_torch_reads_it(tmp_path, monkeypatch):
+    # 20 MB of zeros compress to a file of 20 KB: the file's size would not bound what it unpacks to.
+    path = tmp_path / "file.pt"
+    torch.save(torch.zeros(20_000_000, dtype=torch.uint8), path)
+    _rezipped(path, zipfile.ZIP_DEFLATED)
+    assert path.stat().st_size < 100_000
+    _torch_never_reads(monkeypatch)
+    with pytest.raises(UnsafeFileError) as error:
+        torch_load_safely(path, path)
+    assert str(error.value).startswith(f"{path} was not loaded: its member file/data.pkl is compressed")
+
+
+def _declaring(path, elements):
+    """A ``torch.save`` file of ``torch.zeros(10)`` whose pickle declares ``elements`` for the storage."""
+    torch.save(torch.zeros(10), path)
+    with zipfile.ZipFile(path) as source:
+        members = [(info, source.read(info.filename)) for info in source.infolist()]
+    with zipfile.ZipFile(path, "w") as target:
+        for info, content in members:
+            if info.filename.endswith("data.pkl"):  # BININT1 10 after the location: the storage's size
+                location = content.index(b"X\x03\x00\x00\x00cpu") + 8 + 2  # past "cpu" and its BINPUT
+                assert content[location:location + 2] == b"K\n"
+                content = content[:location] + b"J" + struct.pack("<i", elements) + content[location + 2:]
+            target.writestr(info, content)
+
+
+def test_storages_larger_than_the_file_are_refused_unless_allowed(tmp_path, monkeypatch):
+    path = tmp_path / "file.pt"
+    _declaring(path, 50_000_000)
+    size = path.stat().st_size
+    with pytest.raises(UnsafeFileError) as error:
+        torch_load_safely(path, path)
+    assert str(error.value).startswith(f"{path} was not loaded: its storages take 200000000 bytes, more than "
+                                       f"the {size} it holds")
+    # Allowed, the file reaches torch, which finds the storage's record too short.
+    with pytest.raises(RuntimeError, match="record size"):
+        torch_load_safely(path, path, max_bytes=200_000_000)
+    torch.save(torch.zeros(10), path)
+    assert torch.equal(torch_load_safely(path, path), torch.zeros(10))
+    with pytest.raises(UnsafeFileError, match="its storages take 40 bytes, more than the 39 it holds"):
+        torch_load_safely(path, path, max_bytes=39)

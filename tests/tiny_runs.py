@@ -1,5 +1,7 @@
 """Tiny data and runs shared by tests: toy node- and graph-level data, a node-level config, a trained tiny
-synthetic city."""
+synthetic city, the arguments of a tiny digits run."""
+
+from pathlib import Path
 
 import torch
 from torch_geometric.data import Data
@@ -8,6 +10,11 @@ from torch_geometric.utils import to_undirected
 from kmipgt.cli import main
 from kmipgt.train import load_config
 from kmipgt.train.datasets import PreparedData
+
+DEFAULTS = Path(__file__).resolve().parent / "defaults.yaml"
+# `kmipgt train` arguments of a one-layer, 8-channel GPS run on the digits kNN graph, on one CPU thread.
+TINY_DIGITS = ["--config", str(DEFAULTS), "--set", "data.name=digits_knn", "--set", "model.num_layers=1",
+               "--set", "model.channels=8", "--set", "model.k=4", "--set", "device=cpu", "--set", "threads=1"]
 
 
 def sign_graphs(num_graphs: int, seed: int = 0, edge_dim: int = 0) -> list[Data]:

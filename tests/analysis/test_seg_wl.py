@@ -1,5 +1,6 @@
 """S-SEG-WL on pairs with known answers, against networkx's WL hash, and its bound on a random GPS model."""
 
+import re
 from collections import Counter
 
 import networkx as nx
@@ -207,3 +208,16 @@ def test_cli_prints_the_verdict_last(tmp_path, capsys):
         assert main(["analysis", "wl", str(paths[0]), str(bad)]) == 2
         err = capsys.readouterr().err
         assert err.startswith("kmipgt: error: ") and named in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize(("edge_index", "message"), [
+    (torch.tensor([[0, 1], [1, 6]]), r"must hold node ids in \[0, 6\) for 6 nodes, got ids in \[0, 6\]"),
+    (torch.tensor([[0, 1], [1, 2], [2, 0]]),
+     r"must be an integer tensor of shape \[2, E\], got torch.int64 \[3, 2\]"),
+])
+def test_a_graph_file_is_checked_as_read(tmp_path, capsys, edge_index, message):
+    path = tmp_path / "bad.pt"
+    torch.save(Data(x=torch.ones(6, 1), edge_index=edge_index), path)
+    assert main(["analysis", "wl", str(path), str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and re.match(rf"kmipgt: error: {path}: edge_index {message}$", err.strip())

@@ -6,6 +6,7 @@ import pytest
 
 from kmipgt.bench.train import TrainBenchConfig, _train_args, fitted_slopes, run_train_benchmark
 from kmipgt.cli import main
+from planted import plant_modules
 
 # Two tiny GPS layers: each point is a few seconds, most of them the interpreter start.
 SMALL = ["model.num_layers=1", "model.channels=8", "model.heads=2"]
@@ -59,7 +60,11 @@ def test_each_point_gets_the_allocator_as_a_config_key(tmp_path, kwargs, policy)
     assert args.index("allocator=retain") > args.index("allocator=live")
 
 
-def test_cli(tmp_path, capsys):
+def test_cli(tmp_path, capsys, monkeypatch):
+    # Each point's `kmipgt train` imports nothing from the working folder (planted modules never run).
+    marker = tmp_path / "marker"
+    plant_modules(tmp_path, marker)
+    monkeypatch.chdir(tmp_path)
     args = ["bench", "train", "--n-min", "200", "--n-max", "200", "--methods", "none", "--epochs", "1",
             "--out", str(tmp_path)]
     for setting in SMALL:
@@ -67,3 +72,4 @@ def test_cli(tmp_path, capsys):
     assert main(args) == 0
     assert "s/epoch" in capsys.readouterr().out
     assert json.loads((tmp_path / "train.json").read_text())["points"][0]["n"] == 200
+    assert not marker.exists()

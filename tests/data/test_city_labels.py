@@ -1,9 +1,12 @@
+import logging
+import os
 
 import networkx as nx
 import numpy as np
 import pytest
 import torch
 
+from kmipgt import cpus
 from kmipgt.data import (
     city_labels,
     eccentricity_labels,
@@ -63,6 +66,7 @@ def test_worker_pool_matches_in_process(monkeypatch, backend):
     options = {"hops": 5, "use_cache": False, "progress": False}
     serial, _ = eccentricity_labels(edges, lengths, 600, num_workers=1, backend="scipy", **options)
     monkeypatch.setattr(city_labels, "_MIN_NODES_FOR_WORKERS", 0)
+    monkeypatch.setattr(cpus, "available_cpus", lambda: 2)  # a pool of two even on one CPU
     pooled, _ = eccentricity_labels(edges, lengths, 600, num_workers=2, backend=backend, **options)
     torch.testing.assert_close(serial, pooled, rtol=0, atol=1e-9)
 
@@ -135,7 +139,7 @@ def test_bad_arguments_raise_clear_errors():
         eccentricity_labels(edges, lengths[:-1], 20, use_cache=False)
     with pytest.raises(ValueError, match="edge_length"):
         eccentricity_labels(edges, -lengths, 20, use_cache=False)
-    with pytest.raises(ValueError, match="edge_index entries"):
+    with pytest.raises(ValueError, match=r"edge_index must hold node ids in \[0, 5\)"):
         eccentricity_labels(edges, lengths, 5, use_cache=False)
     with pytest.raises(ValueError, match="hops"):
         eccentricity_labels(edges, lengths, 20, hops=-1, use_cache=False)
@@ -143,3 +147,52 @@ def test_bad_arguments_raise_clear_errors():
         eccentricity_labels(edges, lengths, 20, num_classes=0, use_cache=False)
     with pytest.raises(ValueError, match="backend"):
         eccentricity_labels(edges, lengths, 20, backend="gpu", use_cache=False)
+
+
+def _tree(folder):
+    return {str(path.relative_to(folder)): path.lstat() for path in sorted(folder.rglob("*"))}
+
+
+def test_a_shared_cache_is_neither_read_nor_written(monkeypatch, tmp_path, caplog):
+    edges, lengths = _random_road_graph(100, seed=3)
+    expected, _ = eccentricity_labels(edges, lengths, 100, hops=3, progress=False)
+    [cached] = (tmp_path / "kmipgt_cache" / "labels").glob("ecc-*.npy")
+    # What someone who can write to a shared cache would plant: other labels under the entry's name, and
+    # symlinks to a victim under the names of temporary files.
+    shared, victim = tmp_path / "shared", tmp_path / "victim"
+    (shared / "labels").mkdir(parents=True)
+    np.save(shared / "labels" / cached.name, np.zeros(100))
+    victim.write_text("someone else's file")
+    for pid in range(os.getpid() - 5, os.getpid() + 50):
+        (shared / "labels" / f"{cached.stem}.{pid}.tmp.npy").symlink_to(victim)
+    os.chmod(shared, 0o777)
+    before = _tree(shared)
+    monkeypatch.setenv("KMIPGT_CACHE", str(shared))
+    with caplog.at_level(logging.WARNING, logger="kmipgt"):
+        eccentricity, _ = eccentricity_labels(edges, lengths, 100, hops=3, progress=False)
+    torch.testing.assert_close(eccentricity, expected, rtol=0, atol=0)
+    assert victim.read_text() == "someone else's file" and _tree(shared) == before
+    [line] = [record.getMessage() for record in caplog.records]
+    assert len(line.splitlines()) == 1 and line.startswith(f"{shared} belongs to another user or others may")
+
+
+def test_workers_are_capped_at_the_cpus_this_process_may_use(monkeypatch, caplog):
+    edges, lengths = _random_road_graph(600, seed=2)
+    real_context, pools = city_labels.multiprocessing.get_context, []
+
+    class Recording:
+        def __init__(self, method):
+            self.context = real_context(method)
+
+        def Pool(self, processes, **options):
+            pools.append(processes)
+            return self.context.Pool(processes, **options)
+
+    monkeypatch.setattr(city_labels.multiprocessing, "get_context", Recording)
+    monkeypatch.setattr(city_labels, "_MIN_NODES_FOR_WORKERS", 0)
+    with caplog.at_level(logging.WARNING, logger="kmipgt"):
+        eccentricity_labels(edges, lengths, 600, hops=3, num_workers=150, use_cache=False, progress=False)
+    allowed = len(os.sched_getaffinity(0))
+    assert pools == ([allowed] if allowed > 1 else [])
+    assert [record.getMessage() for record in caplog.records] == [
+        f"num_workers: 150 is more than the {allowed} CPUs this process may use; using {allowed}"]

@@ -1,3 +1,4 @@
+import re
 import tarfile
 
 import numpy as np
@@ -5,6 +6,7 @@ import pytest
 import torch
 from torch_geometric.data import Data, InMemoryDataset
 
+from kmipgt.cli import main
 from kmipgt.data import CityNetworks, haversine_metres, load_city_network
 from payloads import PAYLOADS
 
@@ -117,3 +119,25 @@ def test_files_that_would_run_code_are_refused(tmp_path, payload):
     with pytest.raises(ValueError, match=f"^{edges} was not loaded"):
         load_city_network(tmp_path, "raw")
     assert not marker.exists()
+
+
+@pytest.mark.parametrize(("file", "content", "message"), [
+    ("edge_indices.pt", torch.tensor([[0, 1], [1, N]]),
+     rf"must hold node ids in \[0, {N}\) for {N} nodes, got ids in \[0, {N}\]"),
+    ("edge_indices.pt", torch.zeros(3, 4, dtype=torch.long),
+     r"must be an integer tensor of shape \[2, E\], got torch.int64 \[3, 4\]"),
+    ("edge_indices.pt", torch.tensor([[0.5, 1.0], [1.0, 2.0]]),
+     r"must be an integer tensor .*torch.float32 \[2, 2\]"),
+    ("10-chunk_16-hop_node_labels.pt", torch.full((N,), 10**12),
+     r"must hold class ids in \[0, 65536\), got ids in \[1000000000000, 1000000000000\]"),
+    ("10-chunk_16-hop_node_labels.pt", torch.arange(N) / 10,
+     "must hold integer class ids, got torch.float32"),
+    ("node_features_augmented.pt", torch.zeros(0, 37), "has no rows: the graph has no nodes"),
+])
+def test_graphs_are_checked_as_read_with_the_file_named(tmp_path, capsys, file, content, message):
+    _write_copy(tmp_path / "toy")
+    torch.save(content, tmp_path / "toy" / file)
+    assert main(["data", "info", "city_networks", "--root", str(tmp_path), "--set", "name=toy"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1
+    assert re.match(rf"kmipgt: error: {tmp_path / 'toy' / file}:? {message}$", err.strip())

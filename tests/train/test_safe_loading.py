@@ -23,14 +23,6 @@ BASE = ["--set", "data.name=digits_knn", "--set", "model.num_layers=1", "--set",
         "--set", "optim.eval_every=1"]
 
 
-@pytest.fixture(autouse=True)
-def _keep_thread_count():
-    """Trainer sets torch's thread count for the run; later tests keep their own."""
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
-
-
 def _train_argv(out, *extra):
     return ["train", "--no-progress", *BASE, "--set", f"out_dir={out}", *extra]
 

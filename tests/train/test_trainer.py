@@ -164,8 +164,9 @@ def test_cli_trains_and_evaluates_a_node_level_graph(tmp_path, capsys, monkeypat
     monkeypatch.setattr("kmipgt.train.datasets.load_raw",
                         lambda config: _toy_road_graph(config.data.options["num_nodes"], seed=1))
     bigger = tmp_path / "bigger"
-    main(["eval", str(out), "--save-tokens", "--set", "data.options={num_nodes: 90}",
-          "--set", f"out_dir={bigger}"])
+    bigger.mkdir()
+    main(["eval", str(out), "--tokens-out", str(bigger / "tokens.pt"),
+          "--set", "data.options={num_nodes: 90}"])
     evaluated = json.loads(capsys.readouterr().out)
     assert evaluated["tokens"] == str(bigger / "tokens.pt")
     assert torch.load(bigger / "tokens.pt")["key"].shape == (90, 4, 4)

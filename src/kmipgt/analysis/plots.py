@@ -15,6 +15,7 @@ from matplotlib.collections import LineCollection
 from matplotlib.colors import Normalize
 
 from kmipgt.analysis.hops import HOP_CAP, ball
+from kmipgt.atomic import save_figure
 
 __all__ = ["plot_explanation", "plot_stats"]
 
@@ -120,7 +121,7 @@ def _plot_layer(
             axes[i, j].set_title(f"layer {entry['layer']} head {entry['head']}: node {query}", fontsize=8)
     mappable = plt.cm.ScalarMappable(cmap="viridis", norm=norm)
     fig.colorbar(mappable, ax=axes, shrink=0.6, label="attention weight")
-    fig.savefig(path, dpi=80)
+    save_figure(fig, path, dpi=80)
     plt.close(fig)
 
 
@@ -153,7 +154,7 @@ def plot_stats(path: Path, explanation: dict[str, Any]) -> None:
         ax.set(title=f"layer {layer}", xlabel="hops from query to key", ylabel="share of attention weight")
     axes[0, 0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    save_figure(fig, path, dpi=90)
     plt.close(fig)
 
 

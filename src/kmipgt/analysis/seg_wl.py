@@ -31,7 +31,8 @@ from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
 from torch_geometric.data.storage import GlobalStorage
 
 from kmipgt.analysis.hops import undirected_adjacency
-from kmipgt.safe_load import RefusedFileError, torch_load_safely
+from kmipgt.data.graph_checks import check_edge_index
+from kmipgt.safe_load import UnsafeFileError, torch_load_safely
 
 __all__ = ["ENCODINGS", "WLResult", "load_graph", "random_walk_returns", "seg_wl", "shortest_paths"]
 
@@ -156,7 +157,7 @@ def load_graph(path: str | Path) -> Data:
         graph = torch_load_safely(
             path, path, safe_globals=[Data, DataEdgeAttr, DataTensorAttr, GlobalStorage]
         )
-    except RefusedFileError:
+    except UnsafeFileError:
         raise
     # A file that is no torch.save of a Data fails in the unpickler with whatever error the bytes trigger.
     except Exception as error:
@@ -164,4 +165,5 @@ def load_graph(path: str | Path) -> Data:
         raise ValueError(f"{path} is not a graph saved with torch.save(Data): {reason}") from None
     if not isinstance(graph, Data) or graph.get("edge_index") is None:
         raise ValueError(f"{path} does not hold a PyG Data with an edge_index (got {type(graph).__name__})")
+    graph.edge_index = check_edge_index(graph.edge_index, graph.num_nodes, f"{path}: edge_index")
     return graph

@@ -15,6 +15,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from kmipgt.analysis.explain import run_forward
+from kmipgt.atomic import save_tensors
 from kmipgt.nn import GraphTransformer, KMIPAttention
 from kmipgt.safe_load import torch_load_safely
 
@@ -77,7 +78,7 @@ def collect_tokens(model: GraphTransformer, graph: Data) -> list[LayerTokens]:
 def save_tokens(path: str | Path, tokens: list[LayerTokens], **meta) -> None:
     """``torch.save`` of ``{"layers": [{"layer", "query", "key", "value", "k", "backend"}, ...], **meta}``."""
     layers = [vars(entry) for entry in tokens]
-    torch.save({**meta, "layers": layers}, path)
+    save_tensors({**meta, "layers": layers}, path)
 
 
 def load_tokens(path: str | Path) -> list[LayerTokens]:

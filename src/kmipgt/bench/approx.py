@@ -33,6 +33,7 @@ from tqdm import tqdm
 
 from kmipgt.analysis.tokens import LayerTokens, collect_tokens, kmip_layers
 from kmipgt.analysis.tokens import save_tokens as save_token_file
+from kmipgt.atomic import save_figure
 from kmipgt.bench import common
 from kmipgt.logs import quiet
 from kmipgt.nn import FullAttention
@@ -331,7 +332,7 @@ def plot_curves(result: dict[str, Any], path: Path) -> None:
     axes[1].legend(fontsize=8)
     fig.suptitle(f"k-MIP vs full attention on trained tokens (N = {result['num_nodes']:,})")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 
@@ -350,5 +351,5 @@ def plot_metric(result: dict[str, Any], path: Path) -> None:
     axis.grid(True, which="both", alpha=0.3)
     axis.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)

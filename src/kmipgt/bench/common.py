@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from kmipgt.atomic import atomic_write_text
 from kmipgt.bench.isolation import run_isolated
 from kmipgt.bench.plotting import plot_scaling
 from kmipgt.logs import quiet
@@ -193,7 +194,7 @@ def bench_result(config: object, device: str, **parts: object) -> dict:
 def write_json(result: dict, path: Path) -> None:
     """``result`` as indented JSON at ``path`` (its folder created)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    atomic_write_text(path, json.dumps(result, indent=2) + "\n")
 
 
 def write_result(

@@ -11,17 +11,16 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import resource
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from statistics import median
 
 import torch
 
+from kmipgt.child import run_python_module
 from kmipgt.malloc import retain_freed_memory
 
 __all__ = ["run_isolated", "time_calls"]
@@ -35,15 +34,11 @@ def run_isolated(target: str, params: dict, timeout: float) -> dict:
     Returns the function's result dict plus ``peak_memory_bytes``; on a time-out, a crash, an
     out-of-memory error or a kill, a dict with ``status`` ``"skipped"`` and the ``reason``.
     """
-    command = [sys.executable, "-m", "kmipgt.bench.isolation", target, json.dumps(params)]
-    # The child must import this very copy of kmipgt, installed or not.
-    source_root = str(Path(__file__).resolve().parents[2])
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [source_root, os.environ.get("PYTHONPATH")])),
-    }
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False, env=env)
+        done = run_python_module(
+            "kmipgt.bench.isolation", [target, json.dumps(params)], capture_output=True, text=True,
+            timeout=timeout, check=False,
+        )
     except subprocess.TimeoutExpired:
         return {"status": "skipped", "reason": f"time-out after {timeout:.0f} s"}
     for line in done.stdout.splitlines():

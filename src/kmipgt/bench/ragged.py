@@ -26,6 +26,7 @@ from statistics import median
 import torch
 import torch.nn.functional as F
 
+from kmipgt.atomic import save_figure
 from kmipgt.bench import common
 from kmipgt.ops import full_attention, kmip_attention
 from kmipgt.ops.ragged import RaggedLayout
@@ -184,7 +185,7 @@ def _plot(records: list[dict], path: Path, config: RaggedBenchConfig, layout: Ra
     ax.legend()
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +22,7 @@ import numpy as np
 from tqdm import tqdm
 
 from kmipgt.bench.common import bench_result, write_result
+from kmipgt.child import run_python_module
 from kmipgt.data.city_networks import CITY_NUM_EDGES, CITY_NUM_NODES
 from kmipgt.logs import quiet
 from kmipgt.malloc import ALLOCATORS, check_allocator
@@ -101,15 +100,15 @@ def _train_args(config: TrainBenchConfig, method: str, n: int, out_dir: Path) ->
         f"threads={config.threads}", f"allocator={config.allocator}", f"out_dir={out_dir}", *METHODS[method],
         *config.overrides,
     ]
-    command = [sys.executable, "-m", "kmipgt", "train", "--config", config.config, "--overwrite"]
+    command = ["train", "--config", config.config, "--overwrite"]
     return [*command, "--no-progress", *(part for setting in settings for part in ("--set", setting))]
 
 
 def measure_point(config: TrainBenchConfig, method: str, n: int, work_dir: Path) -> dict:
     """Train ``method`` on ``n`` nodes in a ``kmipgt train`` process; its record (``status`` ok or failed)."""
     out_dir = work_dir / f"{method}_{n}"
-    done = subprocess.run(_train_args(config, method, n, out_dir), capture_output=True, text=True,
-                          timeout=2 * config.time_budget)
+    done = run_python_module("kmipgt", _train_args(config, method, n, out_dir), capture_output=True,
+                             text=True, timeout=2 * config.time_budget)
     if done.returncode != 0:
         last_lines = done.stderr.strip().splitlines()[-1:]
         return {"status": "failed", "reason": last_lines[0] if last_lines else "(no output)"}

@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from kmipgt.atomic import atomic_write_text
 from kmipgt.cli.parser import add_checkpoint, add_overrides, csv, positive_int
 from kmipgt.cli.runs import load_config, use_run_allocator
 
@@ -185,7 +186,7 @@ def _analysis_probe(args: argparse.Namespace) -> int:
     if args.out is not None:
         same_label = {name: {"same": same, "expected": mix} for name, (same, mix) in agreement.items()}
         record = {"config": str(args.config), "overrides": args.overrides, **rows, "same_label": same_label}
-        args.out.write_text(json.dumps(record, indent=2))
+        atomic_write_text(args.out, json.dumps(record, indent=2))
     return 0
 
 

@@ -10,6 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
+from kmipgt.atomic import atomic_write_text
 from kmipgt.cli.parser import add_checkpoint, add_fields, add_overrides, config_from_args, csv, positive_int
 from kmipgt.cli.runs import load_config, use_run_allocator
 
@@ -217,7 +218,7 @@ def _bench_step(args: argparse.Namespace) -> int:
           f"median of {args.steps} steps")
     print(table)
     write_json(result, args.out / "step.json")
-    (args.out / "step.md").write_text(table + "\n")
+    atomic_write_text(args.out / "step.md", table + "\n")
     print(f"wrote {args.out / 'step.json'} and {args.out / 'step.md'}")
     return 0
 

@@ -42,8 +42,7 @@ def _data_info(args: argparse.Namespace) -> int:
 
 
 def _data_synthetic(args: argparse.Namespace) -> int:
-    import torch
-
+    from kmipgt.atomic import save_tensors
     from kmipgt.data.report import graph_summary, timed_synthetic_city
 
     data, timings = timed_synthetic_city(
@@ -64,7 +63,7 @@ def _data_synthetic(args: argparse.Namespace) -> int:
         print(f"time {stage}: {wall:.1f} s wall, {cpu:.1f} s CPU")
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(data, args.out)
+        save_tensors(data, args.out)
         print(f"wrote {args.out}")
     return 0
 

@@ -62,9 +62,12 @@ def _eval(args: argparse.Namespace) -> int:
     use_run_allocator(args.run_dir, args.overrides)
     from kmipgt.train import evaluate_run
 
+    if args.tokens_out is not None and not args.tokens_out.parent.is_dir():
+        raise FileNotFoundError(f"--tokens-out: no folder {args.tokens_out.parent}")
+    save_tokens = args.save_tokens or args.tokens_out is not None
     metrics = evaluate_run(
-        args.run_dir, args.checkpoint, args.overrides, save_tokens=args.save_tokens,
-        trust_checkpoint=args.trust_checkpoint,
+        args.run_dir, args.checkpoint, args.overrides, save_tokens=save_tokens,
+        trust_checkpoint=args.trust_checkpoint, tokens_path=args.tokens_out,
     )
     print(json.dumps(metrics, indent=2))
     return 0
@@ -110,7 +113,14 @@ def register(commands: argparse._SubParsersAction) -> None:
     evaluate.add_argument(
         "--save-tokens",
         action="store_true",
-        help="also save the first attention layer's query/key tokens to out_dir/tokens.pt",
+        help="also save the first attention layer's query/key tokens to RUN_DIR/tokens.pt",
+    )
+    evaluate.add_argument(
+        "--tokens-out",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="save the tokens to PATH instead (its folder must exist; implies --save-tokens)",
     )
     add_checkpoint(evaluate)
     evaluate.set_defaults(handler=_eval, config_allocator=True)

@@ -6,11 +6,11 @@ It lives in :func:`kmipgt.cache_dir.cache_dir` (``$KMIPGT_CACHE``).
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
 import numpy as np
 
+from kmipgt import atomic
 from kmipgt.cache_dir import cache_dir
 
 
@@ -32,12 +32,10 @@ def load_array(name: str) -> np.ndarray | None:
 
 
 def save_array(name: str, array: np.ndarray) -> Path:
-    """Store ``array`` under ``name`` via a temporary file and a rename, so readers never see half a file."""
+    """Store ``array`` under ``name``, written atomically (:func:`kmipgt.atomic.save_array`)."""
     path = cache_dir() / f"{name}.npy"
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp.npy")
-    np.save(tmp, array)
-    os.replace(tmp, path)
+    atomic.save_array(path, array)
     return path
 
 
@@ -54,7 +52,5 @@ def save_arrays(name: str, arrays: dict[str, np.ndarray]) -> Path:
     """Store named arrays under ``name`` (an ``.npz``), written atomically like :func:`save_array`."""
     path = cache_dir() / f"{name}.npz"
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
+    atomic.save_named_arrays(path, arrays)
     return path

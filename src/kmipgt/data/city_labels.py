@@ -15,7 +15,6 @@ Nodes are independent, so the work is spread over worker processes. The result i
 from __future__ import annotations
 
 import multiprocessing
-import os
 from collections.abc import Callable
 from functools import partial
 
@@ -25,7 +24,9 @@ import torch
 from scipy.sparse.csgraph import dijkstra
 from tqdm.auto import tqdm
 
+from kmipgt.cpus import capped_at_cpus
 from kmipgt.data import ball_kernel, cache
+from kmipgt.data.graph_checks import check_edge_index
 from kmipgt.logs import quiet
 
 # Graphs below this size are labelled in-process: starting workers costs more than it saves.
@@ -160,18 +161,18 @@ def ball_eccentricity(
     """Road-length eccentricity of ``nodes`` (default: all) in their ``hops``-hop balls: float64 ``[M]``.
 
     ``adjacency`` is a symmetric CSR matrix from :func:`road_adjacency`. ``num_workers`` processes share the
-    work (default: all CPU cores); a tqdm bar shows progress. ``backend``: ``"scipy"`` (numpy BFS + scipy
-    Dijkstra per node), ``"numba"`` (the compiled kernel of :mod:`kmipgt.data.ball_kernel`, same results,
-    ~5x less CPU) or ``"auto"`` (numba when installed).
+    work (default, and at most: one per CPU this process may use); a tqdm bar shows progress.
+    ``backend``: ``"scipy"`` (numpy BFS + scipy Dijkstra per node), ``"numba"`` (the compiled kernel of
+    :mod:`kmipgt.data.ball_kernel`, same results, ~5x less CPU) or ``"auto"`` (numba when installed).
     """
     indptr = adjacency.indptr.astype(np.int64)
     indices = adjacency.indices.astype(np.int64)
     data = adjacency.data.astype(np.float64)
     num_nodes = adjacency.shape[0]
     nodes = np.arange(num_nodes, dtype=np.int64) if nodes is None else np.asarray(nodes, dtype=np.int64)
-    workers = (os.cpu_count() or 1) if num_workers is None else num_workers
-    if workers < 1:
+    if num_workers is not None and num_workers < 1:
         raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+    workers = capped_at_cpus(num_workers, "num_workers")
     solver = _chunk_solver(indptr, indices, data, hops, _resolve_backend(backend))
     # Small chunks keep the bar moving and balance load (ball sizes vary a lot across a city).
     chunks = np.array_split(nodes, max(1, nodes.size // 512))
@@ -213,22 +214,16 @@ def partition_labels(values: torch.Tensor, num_classes: int) -> torch.Tensor:
 
 
 def _check_graph(edge_index, edge_length, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
-    edge_index = np.asarray(torch.as_tensor(edge_index).cpu())
-    edge_length = np.asarray(torch.as_tensor(edge_length).cpu(), dtype=np.float64)
     if not isinstance(num_nodes, int | np.integer) or num_nodes < 0:
         raise ValueError(f"num_nodes must be a non-negative int, got {num_nodes!r}")
-    if edge_index.ndim != 2 or edge_index.shape[0] != 2 or not np.issubdtype(edge_index.dtype, np.integer):
-        raise ValueError(f"edge_index must be an integer array of shape [2, E], got {edge_index.dtype} "
-                         f"{edge_index.shape}")
+    edge_index = check_edge_index(torch.as_tensor(edge_index).cpu(), int(num_nodes), "edge_index").numpy()
+    edge_length = np.asarray(torch.as_tensor(edge_length).cpu(), dtype=np.float64)
     if edge_length.shape != (edge_index.shape[1],):
         raise ValueError(f"edge_length must have shape [E] = ({edge_index.shape[1]},), "
                          f"got {edge_length.shape}")
-    if edge_index.size and (edge_index.min() < 0 or edge_index.max() >= num_nodes):
-        raise ValueError(f"edge_index entries must lie in [0, {num_nodes}), got [{edge_index.min()}, "
-                         f"{edge_index.max()}]")
     if not np.all(np.isfinite(edge_length)) or (edge_length.size and edge_length.min() < 0):
         raise ValueError("edge_length must be finite and >= 0 (road length in metres)")
-    return edge_index.astype(np.int64), edge_length
+    return edge_index, edge_length
 
 
 def eccentricity_labels(
@@ -251,7 +246,7 @@ def eccentricity_labels(
         num_nodes: number of nodes ``N``.
         hops: radius of the ball in hops (City-Networks: 16).
         num_classes: number of equal-size classes (City-Networks: 10).
-        num_workers: worker processes (default: all CPU cores).
+        num_workers: worker processes (default, and at most: one per CPU this process may use).
         backend: ``"auto"``, ``"numba"`` or ``"scipy"``, see :func:`ball_eccentricity` (same results).
         use_cache: read/write the eccentricities in the on-disk cache, keyed by a hash of the graph and
             ``hops``.

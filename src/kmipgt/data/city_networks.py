@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 from torch_geometric.data import Data, InMemoryDataset
 
+from kmipgt.data.graph_checks import check_class_labels, check_edge_index, check_node_rows
 from kmipgt.data.road_graph import haversine_metres, road_network_data, symmetric_edges
 from kmipgt.data.splits import index_to_mask, random_split_masks
 from kmipgt.safe_load import load_processed_dataset, torch_load_safely
@@ -54,12 +55,18 @@ class _Files:
             return name in self.members
         return (self.directory / name).is_file()
 
+    def source(self, name: str) -> str:
+        """The file ``name`` as errors name it: its path, or ``archive:member``."""
+        if self.archive is None:
+            return str(self.directory / name)
+        return f"{self.archive}:{self.members[name].name}"
+
     def load(self, name: str) -> torch.Tensor:
         if self.archive is None:
-            return torch_load_safely(self.directory / name, self.directory / name)
+            return torch_load_safely(self.directory / name, self.source(name))
         with tarfile.open(self.archive) as tar:
             buffer = io.BytesIO(tar.extractfile(self.members[name]).read())
-        return torch_load_safely(buffer, f"{self.archive}:{self.members[name].name}")
+        return torch_load_safely(buffer, self.source(name))
 
 
 def _find_files(root: Path, name: str, augmented: bool) -> tuple[_Files | None, Path | None, list[Path]]:
@@ -124,31 +131,40 @@ def load_city_network(
         x, edge_index = stored.x, stored.edge_index
         stored_y = getattr(stored, "y", None)
         stored_masks = {key: getattr(stored, key, None) for key in MASK_FILES}
+        sources = {key: f"{processed}: {key}" for key in ("x", "edge_index", "y", *MASK_FILES)}
     else:
         x, edge_index = files.load(FEATURE_FILES[augmented]), files.load(EDGE_FILE)
         stored_y = files.load(LABEL_FILE) if files.has(LABEL_FILE) else None
         stored_masks = {key: files.load(file) if files.has(file) else None
                         for key, file in MASK_FILES.items()}
+        named = {"x": FEATURE_FILES[augmented], "edge_index": EDGE_FILE, "y": LABEL_FILE, **MASK_FILES}
+        sources = {key: files.source(file) for key, file in named.items() if files.has(file)}
+    # Checked before anything is indexed by them: a copy from elsewhere may hold any tensor.
+    x = check_node_rows(x, sources["x"])
+    if x.size(1) < 2:
+        raise ValueError(f"{sources['x']} must have 2 columns or more (longitude, latitude), got {x.size(1)}")
     num_nodes = x.size(0)
+    edge_index = check_edge_index(edge_index, num_nodes, sources["edge_index"])
     if name in CITY_NUM_NODES and num_nodes != CITY_NUM_NODES[name]:
         raise ValueError(f"{name} has {CITY_NUM_NODES[name]} nodes in the released data, but the copy under "
                          f"{root} has {num_nodes}: wrong or truncated files")
     if labels == "file" and stored_y is None:
         raise FileNotFoundError(f"labels='file' but the copy under {root} has no {LABEL_FILE}")
     compute = labels == "compute" or stored_y is None
-    edge_index, _ = symmetric_edges(edge_index.long(), num_nodes)
+    if not compute:
+        stored_y = check_class_labels(stored_y, sources["y"], count=num_nodes).view(-1)
+    edge_index, _ = symmetric_edges(edge_index, num_nodes)
     lonlat = x[:, :2].double().numpy()
     src, dst = edge_index.numpy()
     edge_length = torch.from_numpy(haversine_metres(lonlat[src], lonlat[dst]))
     data = road_network_data(x.float(), edge_index, edge_length, labels=compute, num_workers=num_workers,
                              progress=progress, name=name)
     if not compute:
-        data.y = stored_y.long().view(-1)
-        if data.y.numel() != num_nodes:
-            raise ValueError(f"{LABEL_FILE} has {data.y.numel()} labels for {num_nodes} nodes")
+        data.y = stored_y
     default_masks = dict(zip(MASK_FILES, random_split_masks(num_nodes), strict=True))
     for key, mask in stored_masks.items():
-        data[key] = default_masks[key] if mask is None else index_to_mask(mask.view(-1), num_nodes, name=key)
+        data[key] = default_masks[key] if mask is None else index_to_mask(mask.view(-1), num_nodes,
+                                                                           name=sources[key])
     return data
 
 

@@ -4,17 +4,19 @@ Two layouts are accepted under ``root``:
 
 1. PyG's ``LRGBDataset`` layout: ``<root>/<name lower-case>/raw/{train,val,test}.pt`` (Peptides,
    PCQM-Contact) or ``.pickle`` (PascalVOC-SP, COCO-SP), or already processed
-   ``<root>/<name lower-case>/processed/{train,val,test}.pt``. PyG processes them offline; only its
-   ``download()`` (which would run for a missing raw file, even beside processed files) becomes an error.
+   ``<root>/<name lower-case>/processed/{train,val,test}.pt`` (read in preference to the raw files).
 2. The original LRGB / GraphGPS files of Peptides-func/-struct: ``peptide_multi_class_dataset.csv.gz`` or
    ``peptide_structure_normalized_dataset.csv.gz`` plus the split pickle, in ``<root>/peptides-functional``
    (``-structural``) or its ``raw/``. SMILES become graphs with OGB's ``smiles2graph`` (needs ``ogb`` and
    ``rdkit``); the converted graphs are written once in layout 1 under the kmipgt cache and read from there.
 
-Every file is read without running code: ``.pt`` files weights-only, pickles by an unpickler that resolves
-only containers, ints, integer NumPy arrays (the split pickle) and tensors (superpixel pickles); anything
-else is refused with :class:`~kmipgt.safe_load.RefusedFileError`. PyG's own readers, which fall back to the
-full unpickler, only see a file after it passed.
+Each file of a split is read once, by a reader that runs no code: ``.pt`` files weights-only, pickles by an
+unpickler that resolves only containers, ints, integer NumPy arrays (the split pickle) and tensors
+(superpixel pickles); anything else is refused with :class:`~kmipgt.safe_load.RefusedFileError`. The
+graphs are built from what was read, as PyG's processing builds them, and checked (edge lists of two
+integer rows with ids of the graph's own nodes, integer class ids) with the file named in any error. PyG's
+``LRGBDataset`` is never handed the folder: it would read each file again with a loader that falls back to
+the full unpickler, and write its processed files into the copy. Nothing is written into the copy.
 
 The Peptides data is CC BY-NC 4.0 (LRGB); it is never shipped with kmipgt.
 """
@@ -31,11 +33,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch_geometric.data import Data
+from torch_geometric.data import Data, InMemoryDataset
 from torch_geometric.datasets import LRGBDataset
 from tqdm.auto import tqdm
 
+from kmipgt.atomic import save_tensors
 from kmipgt.data import cache
+from kmipgt.data.graph_checks import MAX_CLASSES, check_class_labels, check_edge_index, check_graph_edges
 from kmipgt.logs import quiet
 from kmipgt.safe_load import (
     NUMPY_ARRAY_GLOBALS,
@@ -62,43 +66,109 @@ ORIGINAL_PEPTIDES = {
                         "c240c1c15466b5c907c63e180fa8aa89",
                         "splits_random_stratified_peptide_structure.pickle", None),
 }
+# What each raw graph of a dataset holds, in order (PyG's LRGBDataset.process reads the same tuples).
+RAW_FIELDS = {
+    "pcqm-contact": ("x", "edge_attr", "edge_index", "edge_label_index", "edge_label"),
+    **dict.fromkeys(("peptides-func", "peptides-struct", "pascalvoc-sp", "coco-sp"),
+                    ("x", "edge_attr", "edge_index", "y")),
+}
 
 
-class _OfflineLRGBDataset(LRGBDataset):
-    """PyG's ``LRGBDataset`` that never downloads and never runs code from its files: processed files alone
-    suffice, missing files raise, every file is read by the safe readers first."""
+class LRGBSplit(InMemoryDataset):
+    """One split of a local LRGB copy, held in memory: the collated graphs ``data`` and their ``slices``
+    (as ``InMemoryDataset.collate`` gives them: None for one graph), ``transform`` applied on access;
+    nothing is downloaded, written or read again."""
 
-    def _download(self) -> None:
-        processed = [Path(self.processed_dir) / file for file in self.processed_file_names]
-        if all(path.is_file() for path in processed):
-            return
-        super()._download()
+    def __init__(self, data: Data, slices: dict[str, torch.Tensor] | None, name: str, split: str,
+                 transform: Callable[[Data], Data] | None = None) -> None:
+        super().__init__(None, transform)
+        self.name, self.split = name, split
+        self._data, self.slices = data, slices
 
-    def download(self) -> None:
-        raise FileNotFoundError(f"LRGB raw files missing in {self.raw_dir}: {self.raw_file_names}")
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}({self.name}, {self.split}, {len(self)} graphs)"
 
-    def _process(self) -> None:
-        # PyG compares these two records of an earlier processing with the full unpickler.
-        for name in ("pre_transform.pt", "pre_filter.pt"):
-            path = Path(self.processed_dir) / name
-            if path.is_file():
-                torch_load_safely(path, path)
-        super()._process()
 
-    def process(self) -> None:
-        # PyG reads superpixel pickles with `pickle` and .pt files with a loader that falls back to the full
-        # unpickler: each file must pass the safe reader first.
-        for path in map(Path, self.raw_paths):
-            if path.suffix == ".pickle":
-                load_restricted_pickle(path, {**PLAIN_GLOBALS, **NUMPY_ARRAY_GLOBALS, **tensor_globals(path)})
-            else:
-                torch_load_safely(path, path)
-        super().process()
+def _coco_labels() -> torch.Tensor:
+    """COCO-SP's label ids (COCO's category ids, not contiguous) to 0..80, as a table over every class id
+    :func:`~kmipgt.data.graph_checks.check_class_labels` lets through; -1 for the ids COCO does not use."""
+    # PyG's remapping reads nothing from its dataset, so it is called without one.
+    mapping = LRGBDataset.label_remap_coco(None)
+    table = torch.full((MAX_CLASSES,), -1, dtype=torch.long)
+    table[list(mapping)] = torch.tensor(list(mapping.values()))
+    return table
 
-    def load(self, path: str, data_cls: type = Data) -> None:
-        """``InMemoryDataset.load`` without PyG's fallback to the full unpickler (``data_cls``: the class of
-        files that do not name theirs)."""
-        self.data, self.slices = load_processed_dataset(path, data_cls)
+
+def _raw_graph(item: Any, key: str, where: str) -> Data:
+    """The graph of one raw tuple, built as PyG's processing builds it, after checking what it holds."""
+    fields = RAW_FIELDS[key]
+    if not isinstance(item, (tuple, list)) or len(item) != len(fields) or not all(
+            isinstance(value, torch.Tensor) for value in item[:3]):
+        raise ValueError(f"{where} must be a tuple of tensors ({', '.join(fields)})")
+    values = dict(zip(fields, item, strict=True))
+    x = values["x"]
+    if x.dim() != 2:
+        raise ValueError(f"{where}: x must have shape [N, F], got {list(x.shape)}")
+    values["edge_index"] = check_edge_index(values["edge_index"], x.size(0), f"{where}: edge_index")
+    if key == "pcqm-contact":
+        values["edge_label_index"] = check_edge_index(values["edge_label_index"], x.size(0),
+                                                      f"{where}: edge_label_index")
+    elif key.endswith("-sp"):  # superpixels: float features, a class per node
+        values["x"], values["edge_attr"] = x.float(), values["edge_attr"].float()
+        labels = values["y"] if isinstance(values["y"], torch.Tensor) else torch.as_tensor(values["y"])
+        values["y"] = check_class_labels(labels, f"{where}: y", count=x.size(0))
+    return Data(**values)
+
+
+def _read_raw(path: Path, key: str) -> list[Data]:
+    """The graphs of one raw split file, read once by the safe reader."""
+    if path.suffix == ".pickle":
+        items = load_restricted_pickle(path, {**PLAIN_GLOBALS, **NUMPY_ARRAY_GLOBALS, **tensor_globals(path)})
+    else:
+        items = torch_load_safely(path, path)
+    if not isinstance(items, (list, tuple)) or not items:
+        raise ValueError(f"{path} must hold a non-empty list of graphs, got {type(items).__name__}")
+    graphs = [_raw_graph(item, key, f"{path}: graph {index}") for index, item in enumerate(items)]
+    if key == "coco-sp":
+        table = _coco_labels()
+        for index, graph in enumerate(graphs):
+            unknown = graph.y[table[graph.y] < 0]
+            if unknown.numel():
+                raise ValueError(f"{path}: graph {index}: y holds {int(unknown[0])}, which is no COCO "
+                                 "category")
+            graph.y = table[graph.y]
+    return graphs
+
+
+def _read_processed(path: Path) -> tuple[Data, dict[str, torch.Tensor] | None]:
+    """The collated graphs and slices (None for a split of one graph) of one processed split file, read once
+    and checked."""
+    data, slices = load_processed_dataset(path)
+    x = data.get("x")
+    if not isinstance(x, torch.Tensor) or x.dim() != 2 or data.get("edge_index") is None:
+        raise ValueError(f"{path} is not a processed LRGB split: it has no x of shape [N, F] and edge_index")
+    for name in ("edge_index", "edge_label_index"):
+        if data.get(name) is None:
+            continue
+        if slices is None:
+            data[name] = check_edge_index(data[name], x.size(0), f"{path}: {name}")
+        elif isinstance(slices, dict) and {"x", name} <= set(slices):
+            data[name] = check_graph_edges(data[name], slices[name], slices["x"], f"{path}: {name}")
+        else:
+            raise ValueError(f"{path} is not a processed LRGB split: it has no slices of x and {name}")
+    return data, slices
+
+
+def _split(folder: Path, key: str, split: str, transform: Callable[[Data], Data] | None) -> LRGBSplit:
+    """``split`` of the PyG-layout copy in ``folder``: the processed files where all three are present,
+    else the raw ones."""
+    processed = [folder / "processed" / f"{name}.pt" for name in SPLITS]
+    if all(path.is_file() for path in processed):
+        data, slices = _read_processed(folder / "processed" / f"{split}.pt")
+    else:
+        raw_ext = "pickle" if key.endswith("-sp") else "pt"
+        data, slices = InMemoryDataset.collate(_read_raw(folder / "raw" / f"{split}.{raw_ext}", key))
+    return LRGBSplit(data, slices, LRGB_NAMES[key], split, transform)
 
 
 def _pyg_layout_present(root: Path, key: str) -> tuple[bool, list[Path]]:
@@ -172,7 +242,7 @@ def convert_original_peptides(
     raw_dir = out_root / key / "raw"
     raw_dir.mkdir(parents=True, exist_ok=True)
     for split in SPLITS:
-        torch.save([graphs[int(i)] for i in split_index[split]], raw_dir / f"{split}.pt")
+        save_tensors([graphs[int(i)] for i in split_index[split]], raw_dir / f"{split}.pt")
     return out_root
 
 
@@ -184,8 +254,8 @@ def lrgb_dataset(
     transform: Callable[[Data], Data] | None = None,
     smiles2graph: Callable[[str], dict] | None = None,
     verify_md5: bool = True,
-) -> LRGBDataset:
-    """One split of an LRGB dataset from a local copy, as a PyG ``LRGBDataset`` (processed offline).
+) -> LRGBSplit:
+    """One split of an LRGB dataset from a local copy, as an in-memory PyG dataset (:class:`LRGBSplit`).
 
     Args:
         root: directory holding the copy (layouts in the module docstring).
@@ -203,7 +273,7 @@ def lrgb_dataset(
     root = Path(root)
     present, tried = _pyg_layout_present(root, key)
     if present:
-        return _OfflineLRGBDataset(str(root), key, split, transform=transform)
+        return _split(root / key, key, split, transform)
     if key in ORIGINAL_PEPTIDES:
         csv_path, split_path, original_tried = _find_original_peptides(root, key)
         tried += original_tried
@@ -218,7 +288,7 @@ def lrgb_splits(root: str | Path, name: str, **options) -> dict[str, list[Data]]
     return {split: list(lrgb_dataset(root, name, split, **options)) for split in SPLITS}
 
 
-def _from_original(csv_path, split_path, key, split, transform, smiles2graph, verify_md5) -> LRGBDataset:
+def _from_original(csv_path, split_path, key, split, transform, smiles2graph, verify_md5) -> LRGBSplit:
     _, _, csv_md5, _, split_md5 = ORIGINAL_PEPTIDES[key]
     if verify_md5:
         for path, expected in ((csv_path, csv_md5), (split_path, split_md5)):
@@ -230,4 +300,4 @@ def _from_original(csv_path, split_path, key, split, transform, smiles2graph, ve
     if not _pyg_layout_present(out_root, key)[0]:
         converter = smiles2graph or _default_smiles2graph()
         convert_original_peptides(csv_path, split_path, key, out_root, converter)
-    return _OfflineLRGBDataset(str(out_root), key, split, transform=transform)
+    return _split(out_root / key, key, split, transform)

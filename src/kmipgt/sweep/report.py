@@ -5,23 +5,16 @@ also tabled in ``summary.md``."""
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kmipgt.atomic import atomic_write_text, save_figure
 from kmipgt.sweep.spec import VARIANT_AXIS, Sweep, replicate_axes
 from kmipgt.sweep.stats import paired_differences, summarize
-
-
-def write_results(path: Path, rows: list[dict[str, Any]]) -> None:
-    """``results.csv``: one row per cell (floats written exactly, so summaries can be recomputed)."""
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+from kmipgt.train.report import write_csv
 
 
 def _mean_std(entry: dict[str, Any], name: str, digits: int, sign: str = "") -> str:
@@ -149,7 +142,7 @@ def plot_summary(path: Path, summary: list[dict[str, Any]], group_keys: list[str
         ax.set_xticks(range(len(summary)), labels, fontsize=8, rotation=30, ha="right")
     ax.set(ylabel=f"test {metric}", title=f"test {metric}: mean ± std over replicates")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
 
 
 def write_reports(sweep: Sweep, rows: list[dict[str, Any]], command: str) -> list[dict[str, Any]]:
@@ -157,13 +150,13 @@ def write_reports(sweep: Sweep, rows: list[dict[str, Any]], command: str) -> lis
     :func:`~kmipgt.sweep.stats.paired_differences` gives any), ``summary.md`` and ``summary.png``; return
     the summary."""
     sweep.out.mkdir(parents=True, exist_ok=True)
-    write_results(sweep.out / "results.csv", rows)
+    write_csv(sweep.out / "results.csv", rows)
     summary = summarize(rows, list(sweep.axes()))
-    write_results(sweep.out / "summary.csv", summary)
+    write_csv(sweep.out / "summary.csv", summary)
     paired = paired_differences(rows, list(sweep.axes()))
     if paired:
-        write_results(sweep.out / "paired.csv", paired)
+        write_csv(sweep.out / "paired.csv", paired)
     metric = next((row["metric"] for row in rows if row["metric"]), "metric")
-    (sweep.out / "summary.md").write_text(summary_markdown(sweep, summary, metric, command, paired))
+    atomic_write_text(sweep.out / "summary.md", summary_markdown(sweep, summary, metric, command, paired))
     plot_summary(sweep.out / "summary.png", summary, sweep.group_keys(), metric)
     return summary

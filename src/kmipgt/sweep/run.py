@@ -4,9 +4,6 @@ line per cell, and a results row per cell (a failure stays in its row and its ``
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -14,11 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-import kmipgt
+from kmipgt.atomic import atomic_write_text
+from kmipgt.child import run_python_module
 from kmipgt.sweep.spec import Cell, Sweep, cell_dir, cell_overrides, expand, format_value
-from kmipgt.train.config import config_differences, config_to_dict, load_config
+from kmipgt.train.config import config_differences, config_to_dict, load_config, read_yaml
 from kmipgt.train.validation import validate_config
 
 METRIC_COLUMNS = ("train", "val", "test", "best_epoch", "epochs", "seconds_per_epoch", "peak_memory_mb",
@@ -55,8 +51,9 @@ def _config_changed(sweep: Sweep, cell: Cell) -> bool:
     Unset ``threads`` matches any count: the run saved the count it resolved it to. Keys the saved config
     lacks (written before they existed) count as their defaults.
     """
-    with open(cell_dir(sweep, cell) / "config.yaml") as f:
-        saved = yaml.safe_load(f)
+    path = cell_dir(sweep, cell) / "config.yaml"
+    with open(path) as f:
+        saved = read_yaml(f, str(path))
     expected = config_to_dict(load_config(sweep.base, cell_overrides(sweep, cell)))
     if expected["threads"] is None:
         expected["threads"] = saved.get("threads")
@@ -83,13 +80,6 @@ def _row(cell: Cell, metrics: dict[str, Any] | None, error: str = "") -> dict[st
     return row
 
 
-def _child_environment() -> dict[str, str]:
-    """This environment with this process's ``kmipgt`` first on the path, so cells run the same code."""
-    source = str(Path(kmipgt.__file__).resolve().parents[1])
-    path = os.pathsep.join(filter(None, [source, os.environ.get("PYTHONPATH")]))
-    return {**os.environ, "PYTHONPATH": path}
-
-
 def run_cell(sweep: Sweep, cell: Cell) -> Outcome:
     """Train one cell in a fresh ``kmipgt train`` process (resuming its ``last.pt``), unless it is done."""
     directory = cell_dir(sweep, cell)
@@ -100,17 +90,17 @@ def run_cell(sweep: Sweep, cell: Cell) -> Outcome:
             return Outcome(cell, _row(cell, None, error), 0.0, reused=True)
         return Outcome(cell, _row(cell, _read_metrics(directory)), 0.0, reused=True)
     directory.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "kmipgt", "train", "--config", str(sweep.base), "--no-progress"]
+    command = ["train", "--config", str(sweep.base), "--no-progress"]
     command += [part for override in cell_overrides(sweep, cell) for part in ("--set", override)]
     # A "new" cell's directory may hold the files of an attempt that failed before its first checkpoint.
     command += ["--resume"] if state == "resume" else ["--overwrite"]
     start = time.monotonic()
-    process = subprocess.run(command, capture_output=True, text=True, env=_child_environment())
+    process = run_python_module("kmipgt", command, capture_output=True, text=True)
     seconds = time.monotonic() - start
     error_file = directory / "error.txt"
     if process.returncode != 0:
         lines = process.stderr.splitlines() or [f"exit code {process.returncode}"]
-        error_file.write_text("\n".join(lines[-ERROR_TAIL_LINES:]) + "\n")
+        atomic_write_text(error_file, "\n".join(lines[-ERROR_TAIL_LINES:]) + "\n")
         last = next((line for line in reversed(lines) if line.strip()), f"exit code {process.returncode}")
         return Outcome(cell, _row(cell, None, last.strip()), seconds, reused=False)
     error_file.unlink(missing_ok=True)  # from an earlier failed attempt

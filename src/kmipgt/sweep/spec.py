@@ -29,6 +29,7 @@ import hashlib
 import itertools
 import math
 import re
+import reprlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +38,7 @@ from typing import Any
 import yaml
 
 from kmipgt.configs import config_path
-from kmipgt.train.config import parse_override
+from kmipgt.train.config import parse_override, read_yaml
 
 SWEEP_KEYS = ("base", "set", "variants", "grid", "out")
 VARIANT_AXIS = "variant"
@@ -93,7 +94,7 @@ class Cell:
 
 def _mapping(value: Any, what: str) -> dict:
     if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
-        raise ValueError(f"{what} must be a mapping of dotted config keys, got {value!r}")
+        raise ValueError(f"{what} must be a mapping of dotted config keys, got {reprlib.repr(value)}")
     if "out_dir" in value:
         raise ValueError(f"{what} must not set out_dir: each cell runs in OUT/cells/<cell name>")
     return value
@@ -107,10 +108,12 @@ def load_sweep(path: str | Path, out: str | Path | None = None, overrides: Seque
     """
     path = config_path(path)
     with open(path) as f:
-        content = yaml.safe_load(f) or {}
+        content = read_yaml(f, str(path)) or {}
+    if not isinstance(content, dict):
+        raise ValueError(f"sweep {path} must be a mapping of {list(SWEEP_KEYS)}, got {reprlib.repr(content)}")
     unknown = sorted(set(content) - set(SWEEP_KEYS))
     if unknown:
-        raise ValueError(f"unknown sweep keys {unknown}; known: {list(SWEEP_KEYS)}")
+        raise ValueError(f"unknown sweep keys {reprlib.repr(unknown)}; known: {list(SWEEP_KEYS)}")
     if "base" not in content:
         raise ValueError(f"sweep {path} needs a base config ('base: configs/....yaml')")
     command_line = _mapping(dict(map(parse_override, overrides)), "--set")
@@ -118,7 +121,7 @@ def load_sweep(path: str | Path, out: str | Path | None = None, overrides: Seque
     grid = _mapping(content.get("grid") or {}, "grid")
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
-            raise ValueError(f"grid key {key!r} needs a non-empty list of values, got {values!r}")
+            raise ValueError(f"grid key {key!r} needs a non-empty list of values, got {reprlib.repr(values)}")
     both = sorted(set(fixed) & set(grid))
     if both:
         raise ValueError(f"keys both fixed by 'set' (or --set) and varied by 'grid': {both}")
@@ -132,7 +135,8 @@ def _variants(content: Any, fixed: dict[str, Any], grid: dict[str, list[Any]]) -
     if content is None:
         return {}
     if not isinstance(content, dict) or not content or not all(isinstance(name, str) for name in content):
-        raise ValueError(f"variants must be a non-empty mapping of names to overrides, got {content!r}")
+        raise ValueError("variants must be a non-empty mapping of names to overrides, got "
+                         f"{reprlib.repr(content)}")
     if VARIANT_AXIS in grid:
         raise ValueError(f"grid key {VARIANT_AXIS!r} is the axis of 'variants'; name the config key in full")
     variants = {name: _mapping(overrides or {}, f"variant {name!r}") for name, overrides in content.items()}

@@ -17,6 +17,7 @@ from typing import Any
 import matplotlib
 import torch
 
+from kmipgt.atomic import save_figure
 from kmipgt.nn.gps_layer import GPSLayer
 
 matplotlib.use("Agg")
@@ -117,5 +118,5 @@ def plot_branches(path: Path, history: list[dict[str, Any]]) -> None:
         ax.set(xlabel="epoch", ylabel=label, yscale="log", title=label)
     axes[1].legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
     plt.close(fig)

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from kmipgt.safe_load import NUMPY_ARRAY_SAFE_GLOBALS, RefusedFileError, torch_load_safely
-from kmipgt.train.atomic import atomic_write
+from kmipgt.atomic import save_tensors
+from kmipgt.safe_load import NUMPY_ARRAY_SAFE_GLOBALS, RefusedFileError, UnsafeFileError, torch_load_safely
 
 # What resume reads from last.pt (written by Trainer._checkpoint_content).
 RESUME_KEYS = ("config", "model", "optimizer", "scheduler", "state", "rng")
@@ -70,7 +70,7 @@ def save_checkpoint(path: Path, **content: Any) -> None:
 
     Raises OSError naming ``path`` when the write fails (e.g. disk full); the previous checkpoint stays.
     """
-    atomic_write(path, lambda f: torch.save(content, f))
+    save_tensors(content, path)
 
 
 def _current_form(content: Any) -> Any:
@@ -110,7 +110,7 @@ def load_checkpoint(path: Path, keys: tuple[str, ...] = ("model",), *, trust: bo
         raise FileNotFoundError(f"no checkpoint at {path}")
     try:
         content = _read(path, trust)
-    except RefusedFileError:
+    except UnsafeFileError:
         raise
     except (RuntimeError, EOFError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile) as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__

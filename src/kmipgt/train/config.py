@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import inspect
+import reprlib
 import types
 import typing
 from dataclasses import dataclass, field
@@ -214,7 +215,7 @@ def _checked(value: Any, annotation: Any, key: str) -> Any:
         return float(value)
     # bool is a subclass of int, but ``k: true`` is a mistake rather than k = 1
     if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
-        raise TypeError(f"config key {key!r} expects {_type_name(annotation)}, got {value!r}")
+        raise TypeError(f"config key {key!r} expects {_type_name(annotation)}, got {reprlib.repr(value)}")
     return value
 
 
@@ -228,7 +229,8 @@ def _unknown_key_message(unknown: list[str], known: list[str], where: str) -> st
     are listed only where some unknown key has no close match."""
     close = {key: difflib.get_close_matches(key, known, n=1) for key in unknown}
     named = ", ".join(
-        f"{key!r} (did you mean {match[0]!r}?)" if match else repr(key) for key, match in close.items()
+        f"{reprlib.repr(key)} (did you mean {match[0]!r}?)" if match else reprlib.repr(key)
+        for key, match in close.items()
     )
     listed = "" if all(close.values()) else f"; known: {', '.join(known)}"
     return f"unknown config keys in {where!r}: {named}{listed}"
@@ -238,7 +240,7 @@ def _build(cls: type, values: Any, section: str = "") -> Any:
     """An instance of the dataclass ``cls`` from a mapping that may leave keys out but adds none."""
     where = section or "<root>"
     if not isinstance(values, dict):
-        raise TypeError(f"config section {where!r} must be a mapping, got {values!r}")
+        raise TypeError(f"config section {where!r} must be a mapping, got {reprlib.repr(values)}")
     fields = typing.get_type_hints(cls)
     unknown = sorted(set(values) - set(fields))
     if unknown:
@@ -247,10 +249,24 @@ def _build(cls: type, values: Any, section: str = "") -> Any:
     return cls(**{key: _checked(value, fields[key], prefix + key) for key, value in values.items()})
 
 
-def _read_yaml(stream: Any, source: str) -> Any:
-    """Parse YAML text or a file; a syntax error becomes a ValueError naming ``source``."""
+class _NoAliasLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses aliases (``*name``): a few hundred bytes of nested aliases expand to
+    gigabytes, and no config needs them."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None, None, f"found the alias *{event.anchor} (aliases are not read)", event.start_mark
+            )
+        return super().compose_node(parent, index)
+
+
+def read_yaml(stream: Any, source: str) -> Any:
+    """Parse YAML text or a file with the safe loader, aliases refused; a syntax error or an alias becomes a
+    one-line ValueError naming ``source``."""
     try:
-        return yaml.safe_load(stream)
+        return yaml.load(stream, Loader=_NoAliasLoader)
     except yaml.YAMLError as error:
         raise ValueError(f"{source} is not valid YAML: {' '.join(str(error).split())}") from error
 
@@ -260,7 +276,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
         raise ValueError(f"override must look like key.sub=value, got {text!r}")
-    return key.strip(), _read_yaml(raw, f"override {text!r}")
+    return key.strip(), read_yaml(raw, f"override {text!r}")
 
 
 def _override(tree: dict, text: str) -> None:
@@ -285,7 +301,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     if path is not None:
         file = config_path(path)
         with open(file) as f:
-            tree = _read_yaml(f, str(file)) or {}
+            tree = read_yaml(f, str(file)) or {}
         # A sweep file names its base config; no run config has a `base` key.
         if isinstance(tree, dict) and "base" in tree:
             raise ValueError(f"{path} is a sweep, not a run config: run `kmipgt sweep {path}`")

@@ -13,6 +13,7 @@ from torch_geometric.transforms import RandomLinkSplit
 from torch_geometric.utils import is_undirected
 
 from kmipgt.data import LaplacianPE, RandomWalkSE, add_virtual_node, get_dataset, redraw_split_masks
+from kmipgt.data.graph_checks import class_count
 from kmipgt.data.streamed import StreamedGraphs
 from kmipgt.train.config import Config
 
@@ -118,15 +119,18 @@ def _link_splits(graph: Data, config: Config) -> dict[str, list[Data]]:
     return {name: [_add_encodings(part, config)] for name, part in zip(SPLITS, parts, strict=True)}
 
 
-def _out_channels(targets: torch.Tensor, loss: str) -> int:
+def _out_channels(targets: torch.Tensor, loss: str, name: str) -> int:
     if loss == "cross_entropy":
-        return int(targets.max()) + 1
+        return class_count(targets, f"dataset {name!r}: the training labels y")
     return 1 if targets.dim() == 1 else targets.size(-1)
 
 
 def _as_split_lists(raw) -> dict[str, list[Data]]:
     if not isinstance(raw, dict) or set(raw) != set(SPLITS):
         raise ValueError(f"a graph-level dataset must be a dict with keys {SPLITS}, got {type(raw).__name__}")
+    empty = [split for split in SPLITS if len(raw[split]) == 0]
+    if empty:
+        raise ValueError(f"a graph-level dataset needs graphs in every split; {empty[0]!r} holds none")
     return {split: list(raw[split]) for split in SPLITS}
 
 
@@ -208,6 +212,8 @@ def label_columns(y: torch.Tensor, shown: torch.Tensor, num_classes: int) -> tor
 
 def _node_level(raw, config: Config) -> tuple[Data, Data, torch.Tensor]:
     raw = _single_graph(raw, "node")
+    if raw.num_nodes == 0:
+        raise ValueError(f"dataset {config.data.name!r}: the graph has no nodes")
     for mask in ("train_mask", "val_mask", "test_mask"):
         if getattr(raw, mask, None) is None:
             raise ValueError(f"task.level 'node' needs {mask} on the graph")
@@ -223,7 +229,7 @@ def _node_level(raw, config: Config) -> tuple[Data, Data, torch.Tensor]:
             raise ValueError("task.label_inputs needs a classification task (task.loss: cross_entropy)")
         # Appended after the z-scoring and after every coordinate column, so coord_columns keep their
         # meaning; evaluation shows every training label, training hides part of them (Trainer).
-        num_classes = _out_channels(graph.y, "cross_entropy")
+        num_classes = _out_channels(graph.y, "cross_entropy", config.data.name)
         graph.x = torch.cat([graph.x, label_columns(graph.y, graph.train_mask, num_classes)], 1)
     return graph, graph, graph.y
 
@@ -298,6 +304,6 @@ def prepare_data(config: Config, raw: Any = None) -> PreparedData:
         splits=splits,
         in_channels=first.x.size(-1),
         edge_channels=first.edge_attr.size(-1) if first.edge_attr is not None else 0,
-        out_channels=_out_channels(targets, config.task.loss),
+        out_channels=_out_channels(targets, config.task.loss, config.data.name),
         name=config.data.name,
     )

@@ -20,6 +20,8 @@ from torch.nn.parallel import DistributedDataParallel
 from torch_geometric.data import Data
 from tqdm import tqdm
 
+from kmipgt.atomic import atomic_write_text
+from kmipgt.cpus import capped_at_cpus
 from kmipgt.distributed.batch_norm import global_batch_norms
 from kmipgt.distributed.collect import gather_objects, run_on_main, sum_across_ranks, sum_gradients
 from kmipgt.distributed.graph_model import PartitionedGraphTransformer
@@ -27,7 +29,6 @@ from kmipgt.distributed.launch import current_ranks, rank_device
 from kmipgt.logs import quiet
 from kmipgt.malloc import effective_allocator, release_free_memory
 from kmipgt.nn import KMIPCore
-from kmipgt.train.atomic import atomic_write_text
 from kmipgt.train.branches import BranchMonitor, plot_branches
 from kmipgt.train.checkpoint import RESUME_KEYS, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from kmipgt.train.config import Config, config_differences, config_to_dict
@@ -103,7 +104,7 @@ class Trainer:
         if config.threads is not None:
             if config.threads <= 0:
                 raise ValueError(f"threads must be a positive int or null, got {config.threads}")
-            torch.set_num_threads(config.threads)
+            torch.set_num_threads(capped_at_cpus(config.threads, "threads"))
         seed_everything(config.seed)
         self.data = data if data is not None else prepare_data(config)
         seed_everything(config.seed)

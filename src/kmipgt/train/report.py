@@ -14,7 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from kmipgt.train.atomic import atomic_write, atomic_write_text
+from kmipgt.atomic import atomic_write_text, save_figure
 
 
 def write_csv(path: Path, history: list[dict[str, Any]]) -> None:
@@ -43,7 +43,7 @@ def plot_curves(path: Path, history: list[dict[str, Any]], metric: str) -> None:
     ax_metric.set(xlabel="epoch", ylabel=metric, title=metric)
     ax_metric.legend()
     fig.tight_layout()
-    atomic_write(path, lambda f: fig.savefig(f, dpi=100, format="png"))
+    save_figure(fig, path, dpi=100)
     plt.close(fig)
 
 
@@ -92,5 +92,5 @@ def plot_comparison(path: Path, runs: list[tuple[str, list[dict[str, Any]]]], me
     ax_metric.set(xlabel="epoch", ylabel=f"validation {metric}", title=f"validation {metric}")
     ax_metric.legend(fontsize=8)
     fig.tight_layout()
-    atomic_write(path, lambda f: fig.savefig(f, dpi=100, format="png"))
+    save_figure(fig, path, dpi=100)
     plt.close(fig)

@@ -118,14 +118,16 @@ def evaluate_run(
     overrides: list[str] | tuple[str, ...] = (),
     save_tokens: bool = False,
     trust_checkpoint: bool = False,
+    tokens_path: str | Path | None = None,
 ) -> dict[str, Any]:
     """Re-evaluate a finished run's ``best.pt`` or ``last.pt`` on every split with its saved config.
 
     ``overrides`` (``key.sub=value``) change the saved config first, e.g. to apply a model trained on a
     10k-node synthetic city to a 262k-node one (``data.options.num_nodes=262144``) and, with
-    ``save_tokens``, dump that graph's query/key tokens to ``out_dir/tokens.pt`` (set ``out_dir`` to keep
-    the run directory untouched). ``trust_checkpoint`` as for :func:`load_run`. The config's
-    ``task.report`` metrics come under ``"report"``, as in ``metrics.json``.
+    ``save_tokens``, dump that graph's query/key tokens to ``tokens_path`` (default: ``run_dir/tokens.pt``;
+    its folder must exist). The saved config's ``out_dir`` is never written to: it may point anywhere.
+    ``trust_checkpoint`` as for :func:`load_run`. The config's ``task.report`` metrics come under
+    ``"report"``, as in ``metrics.json``.
     """
     trainer = load_run(run_dir, checkpoint, overrides, trust_checkpoint)
     with out_of_memory_hint(trainer.config):
@@ -133,7 +135,8 @@ def evaluate_run(
         if trainer.config.task.report:
             metrics["report"] = trainer.evaluate_metrics(trainer.config.task.report)
         if save_tokens:
-            metrics["tokens"] = str(save_first_layer_tokens(trainer))
+            path = Path(tokens_path) if tokens_path is not None else Path(run_dir) / "tokens.pt"
+            metrics["tokens"] = str(save_first_layer_tokens(trainer, path))
     return metrics
 
 

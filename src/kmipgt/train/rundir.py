@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
 import shutil
 from pathlib import Path
 
 import torch
 
-from kmipgt.train.atomic import TEMP_SUFFIX
+from kmipgt.atomic import TEMP_SUFFIX, temp_prefix
 from kmipgt.train.config import Config, load_config
 from kmipgt.train.validation import validate_config
 
@@ -69,9 +70,13 @@ def prepare_run(config: Config, *, resume: bool = False, overwrite: bool = False
             )
         for name in present:
             path = run_dir / name
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
+            # A symlink is removed, never what it points to.
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
         threads = config.threads if config.threads is not None else torch.get_num_threads()
-    # Left by a run killed while writing; their targets are intact.
-    for stale in run_dir.glob(f".*{TEMP_SUFFIX}"):
-        stale.unlink()
+    # Left by a run killed while writing its own files; their targets are intact. Only those: out_dir may
+    # be shared, and other files there, whatever their names, are not the run's to delete.
+    for name in RUN_FILES:
+        for stale in run_dir.glob(f"{glob.escape(temp_prefix(name))}*{TEMP_SUFFIX}"):
+            if stale.is_symlink() or not stale.is_dir():
+                stale.unlink()
     return dataclasses.replace(config, threads=threads)

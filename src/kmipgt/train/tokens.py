@@ -6,8 +6,8 @@ from pathlib import Path
 
 import torch
 
+from kmipgt.atomic import save_tensors
 from kmipgt.nn import GraphTransformer
-from kmipgt.train.atomic import atomic_write
 from kmipgt.train.loop import Trainer
 from kmipgt.train.task import forward
 
@@ -15,9 +15,9 @@ __all__ = ["save_first_layer_tokens"]
 
 
 @torch.no_grad()
-def save_first_layer_tokens(trainer: Trainer) -> Path:
-    """Dump the first attention layer's query/key tokens on the full graph (eval mode) to the run's
-    ``tokens.pt``.
+def save_first_layer_tokens(trainer: Trainer, path: str | Path | None = None) -> Path:
+    """Dump the first attention layer's query/key tokens on the full graph (eval mode) to ``path`` (default:
+    ``tokens.pt`` in the trainer's run directory); its folder must exist.
 
     Format: ``{"query": [N, H, d], "key": [N, H, d], "dataset": name, "layer": 0}`` — the input of
     ``kmipgt bench search``. For graph-level data the graph is the first test graph, for edge-level data
@@ -44,13 +44,12 @@ def save_first_layer_tokens(trainer: Trainer) -> Path:
         forward(trainer.model, graph.to(trainer.device))
     finally:
         handle.remove()
-    trainer.run_dir.mkdir(parents=True, exist_ok=True)
-    path = trainer.run_dir / "tokens.pt"
+    path = Path(path) if path is not None else trainer.run_dir / "tokens.pt"
     tokens = {
         "query": captured["query"].cpu(),
         "key": captured["key"].cpu(),
         "dataset": trainer.data.name,
         "layer": 0,
     }
-    atomic_write(path, lambda f: torch.save(tokens, f))
+    save_tensors(tokens, path)
     return path

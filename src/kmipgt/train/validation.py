@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+import reprlib
 
 from kmipgt.data.registry import list_datasets
 from kmipgt.distributed.choices import (
@@ -55,7 +56,7 @@ def _fraction(name: str, value: float, *, closed: bool) -> None:
 
 def _one_of(name: str, value: str, allowed: tuple[str, ...] | list[str]) -> None:
     if value not in allowed:
-        raise ValueError(f"config key {name!r} must be one of {tuple(allowed)}, got {value!r}")
+        raise ValueError(f"config key {name!r} must be one of {tuple(allowed)}, got {reprlib.repr(value)}")
 
 
 def _check_data(config: Config) -> None:
@@ -120,7 +121,7 @@ def _check_device(name: str) -> None:
         torch.device(name)
     except RuntimeError as error:
         raise ValueError(
-            f"config key 'device' must be 'auto' or a torch device such as 'cpu', got {name!r}"
+            f"config key 'device' must be 'auto' or a torch device such as 'cpu', got {reprlib.repr(name)}"
         ) from (error)
 
 
