@@ -90,7 +90,7 @@ def test_every_local_kind_compiles_once_for_every_batch_shape(local):
     assert graphs == 1
 
 
-@pytest.mark.parametrize("attention", ["full", "performer"])
+@pytest.mark.parametrize("attention", ["kmip", "full", "performer"])
 def test_every_attention_kind_compiles_once_for_every_batch_shape(attention):
     generator = torch.Generator().manual_seed(0)
     model = _model("gatedgcn", attention)
@@ -99,7 +99,7 @@ def test_every_attention_kind_compiles_once_for_every_batch_shape(attention):
     assert graphs == 1
 
 
-@pytest.mark.parametrize("attention", ["full", "performer"])
+@pytest.mark.parametrize("attention", ["kmip", "full", "performer"])
 def test_an_attention_module_compiles_once_for_every_batch_shape(attention):
     generator = torch.Generator().manual_seed(1)
     module = build_global_attention(attention, 16, heads=2, **_attention_options(attention))
