@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from kmipgt.atomic import atomic_write_text
+
 __all__ = ["BUDGET", "Target", "main", "run_targets", "targets"]
 
 # Seconds for the whole check: a device command may run 10 minutes, and the wheels' install and the
@@ -181,12 +183,13 @@ def _run(target: Target, out: Path, limit: float) -> tuple[str, str]:
         return "failed", target.refused
     log = out / "logs" / (target.name.replace(" ", "-").replace("/", "-") + ".log")
     log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w") as file:
-        try:
-            done = subprocess.run([sys.executable, *target.args], stdout=file, stderr=subprocess.STDOUT,
-                                  timeout=limit, check=False)
-        except subprocess.TimeoutExpired:
-            return "failed", f"timed out after {limit:.0f} s (log: {log})"
+    try:
+        done = subprocess.run([sys.executable, *target.args], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, timeout=limit, check=False)
+    except subprocess.TimeoutExpired as stopped:
+        atomic_write_text(log, (stopped.output or b"").decode(errors="replace"))
+        return "failed", f"timed out after {limit:.0f} s (log: {log})"
+    atomic_write_text(log, done.stdout.decode(errors="replace"))
     try:
         numbers = target.summarise(out)
     except Exception as error:  # a target's missing or unreadable result is its failure, not the check's
@@ -212,7 +215,7 @@ def run_targets(chosen: list[Target], out: Path, budget: float) -> list[dict]:
         outcomes.append({"target": target.name, "status": status, "detail": detail,
                          "seconds": round(time.monotonic() - start, 1), "limit": round(limit, 1)})
         print(f"[{target.name}] {status} in {outcomes[-1]['seconds']} s", flush=True)
-    (out / "summary.json").write_text(json.dumps(outcomes, indent=2) + "\n")
+    atomic_write_text(out / "summary.json", json.dumps(outcomes, indent=2) + "\n")
     print("\nGPU check summary:")
     for outcome in outcomes:
         print(f"{outcome['target']}: {outcome['status']} {outcome['detail']}")
