@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING
 from kmipgt.lazy import lazy_package
 
 if TYPE_CHECKING:
+    from kmipgt.train.compiled import CompiledModel
     from kmipgt.train.config import Config, load_config
+    from kmipgt.train.export import export_model, export_run
     from kmipgt.train.loop import Trainer
     from kmipgt.train.metrics import METRICS, compute_metric
     from kmipgt.train.models import build_model
@@ -21,12 +23,15 @@ if TYPE_CHECKING:
 # Public name -> the submodule that defines it.
 _SOURCES = {
     "METRICS": "metrics",
+    "CompiledModel": "compiled",
     "Config": "config",
     "SplitGraph": "task",
     "Trainer": "loop",
     "build_model": "models",
     "compute_metric": "metrics",
     "evaluate_run": "run",
+    "export_model": "export",
+    "export_run": "export",
     "load_config": "config",
     "load_run": "run",
     "split_graph": "run",
@@ -35,12 +40,15 @@ _SOURCES = {
 
 __all__ = [
     "METRICS",
+    "CompiledModel",
     "Config",
     "SplitGraph",
     "Trainer",
     "build_model",
     "compute_metric",
     "evaluate_run",
+    "export_model",
+    "export_run",
     "load_config",
     "load_run",
     "split_graph",
