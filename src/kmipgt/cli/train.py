@@ -7,11 +7,22 @@ import json
 import shlex
 from pathlib import Path
 
-from kmipgt.cli.parser import add_checkpoint, add_overrides, add_trust_checkpoint, positive_int
+from kmipgt.cli.parser import (
+    FAST_DEV_BATCHES,
+    add_checkpoint,
+    add_overrides,
+    add_trust_checkpoint,
+    positive_int,
+)
 from kmipgt.cli.runs import load_config, use_run_allocator
+
+# Options of a run that writes files, which a fast dev run does not.
+WRITING_OPTIONS = ("resume", "overwrite", "stop_after", "save_tokens", "tensorboard", "trust_checkpoint")
 
 
 def _train(args: argparse.Namespace) -> int:
+    if args.fast_dev_run is not None:
+        return _fast_dev_run(args)
     config = load_config(args.config, [*args.overrides, *(["tensorboard=true"] if args.tensorboard else [])])
     from kmipgt.train import train
 
@@ -33,6 +44,17 @@ def _train(args: argparse.Namespace) -> int:
     elif "epochs_done" in metrics:
         print(f"stopped after epoch {metrics['epochs_done']} of {config.optim.epochs}; continue with: "
               f"{_resume_command(config, args)}")
+    return 0
+
+
+def _fast_dev_run(args: argparse.Namespace) -> int:
+    given = [f"--{name.replace('_', '-')}" for name in WRITING_OPTIONS if getattr(args, name)]
+    if given:
+        raise ValueError(f"--fast-dev-run writes nothing, so it takes no {', '.join(given)}")
+    config = load_config(args.config, args.overrides)
+    from kmipgt.train.fast_dev_run import fast_dev_run
+
+    fast_dev_run(config, args.fast_dev_run)
     return 0
 
 
@@ -101,6 +123,16 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="after training, save the first attention layer's query/key tokens to tokens.pt",
     )
     train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    train.add_argument(
+        "--fast-dev-run",
+        type=positive_int,
+        nargs="?",
+        const=FAST_DEV_BATCHES,
+        default=None,
+        metavar="N",
+        help=f"check the config in seconds: N (default {FAST_DEV_BATCHES}) batches of training and of each "
+        "evaluation split, one epoch, printing shapes, loss and time per batch; writes nothing",
+    )
     train.add_argument(
         "--tensorboard",
         action="store_true",
