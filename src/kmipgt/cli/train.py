@@ -1,4 +1,5 @@
-"""``kmipgt train`` and ``kmipgt eval``: train a config (or continue a run), evaluate a trained run."""
+"""``kmipgt train``, ``eval`` and ``predict``: train a config (or continue a run, or check it in seconds),
+evaluate a trained run, write its predictions."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from kmipgt.cli.parser import (
     positive_int,
 )
 from kmipgt.cli.runs import load_config, use_run_allocator
+from kmipgt.train.choices import PREDICTED_SPLITS
 
 # Options of a run that writes files, which a fast dev run does not.
 WRITING_OPTIONS = ("resume", "overwrite", "stop_after", "save_tokens", "tensorboard", "trust_checkpoint")
@@ -95,6 +97,19 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _predict(args: argparse.Namespace) -> int:
+    use_run_allocator(args.run_dir, args.overrides)
+    from kmipgt.train import write_predictions
+
+    rows = write_predictions(
+        args.run_dir, args.out, args.graph, split=args.split, checkpoint=args.checkpoint,
+        overrides=args.overrides, probabilities=args.probabilities, device=args.device,
+        trust_checkpoint=args.trust_checkpoint, progress=not args.no_progress,
+    )
+    print(f"wrote {rows} rows to {args.out}")
+    return 0
+
+
 def register(commands: argparse._SubParsersAction) -> None:
     train = commands.add_parser("train", help="train a graph transformer from a YAML config")
     train.add_argument(
@@ -156,3 +171,30 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     add_checkpoint(evaluate)
     evaluate.set_defaults(handler=_eval, config_allocator=True)
+    predict = commands.add_parser(
+        "predict", help="write a trained run's predictions: a row per node, graph or pair (CSV, Parquet, .pt)"
+    )
+    predict.add_argument("run_dir", type=Path, help="run directory written by kmipgt train")
+    predict.add_argument(
+        "--out", type=Path, required=True, metavar="FILE",
+        help="where the rows go; the extension picks the format: .csv, .parquet (extra: parquet) or .pt",
+    )
+    predict.add_argument(
+        "--split", choices=PREDICTED_SPLITS, default="all",
+        help="the nodes, graphs or pairs of one split, or all of them",
+    )
+    predict.add_argument(
+        "--graph", type=Path, default=None, metavar="FILE.pt",
+        help="predict on this graph (a PyG Data saved with torch.save, read weights-only) instead",
+    )
+    add_overrides(predict, "data.options.seed=1 (new data given as a config gives it)")
+    predict.add_argument(
+        "--probabilities", action="store_true",
+        help="also the class probabilities (or each binary target's), a column per class",
+    )
+    predict.add_argument(
+        "--device", default=None, help="where the model runs, e.g. cuda (default: the run's device)"
+    )
+    predict.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_checkpoint(predict)
+    predict.set_defaults(handler=_predict, config_allocator=True)
