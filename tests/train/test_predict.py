@@ -19,30 +19,33 @@ def _rows(path):
         return list(csv.DictReader(handle))
 
 
-@pytest.fixture(scope="module")
-def minnesota_run(tmp_path_factory):
-    """The Minnesota demo config (the main job's model) trained for 2 epochs, on one CPU thread."""
-    root = tmp_path_factory.mktemp("minnesota")
+def _trained(root, train):
+    """``train(root / "run")`` with a cache of its own under ``root`` and torch's thread count restored
+    after (a run sets its own); the run folder."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("KMIPGT_CACHE", str(root / "cache"))
         threads = torch.get_num_threads()
-        short = ["optim.epochs=2", "optim.warmup_epochs=0", "optim.eval_every=1", "device=cpu"]
-        assert main(["train", "--no-progress", "--config", "minnesota", "--set", f"out_dir={root / 'run'}",
-                     *(part for override in short for part in ("--set", override))]) == 0
+        train(root / "run")
         torch.set_num_threads(threads)
     return root / "run"
+
+
+def _train_minnesota(out):
+    short = ["optim.epochs=2", "optim.warmup_epochs=0", "optim.eval_every=1", "device=cpu", f"out_dir={out}"]
+    assert main(["train", "--no-progress", "--config", "minnesota",
+                 *(part for override in short for part in ("--set", override))]) == 0
+
+
+@pytest.fixture(scope="module")
+def minnesota_run(tmp_path_factory):
+    """The Minnesota demo config (the main job's model) trained for 2 epochs, on one CPU thread."""
+    return _trained(tmp_path_factory.mktemp("minnesota"), _train_minnesota)
 
 
 @pytest.fixture(scope="module")
 def city_run(tmp_path_factory):
     """A 2-layer GPS model trained 2 epochs on a 600-node synthetic city."""
-    root = tmp_path_factory.mktemp("city")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("KMIPGT_CACHE", str(root / "cache"))
-        threads = torch.get_num_threads()
-        train_tiny_city(root / "run")
-        torch.set_num_threads(threads)
-    return root / "run"
+    return _trained(tmp_path_factory.mktemp("city"), train_tiny_city)
 
 
 def test_test_split_accuracy_equals_kmipgt_eval(minnesota_run, tmp_path, capsys):

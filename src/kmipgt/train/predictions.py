@@ -246,20 +246,14 @@ def predict(
     run_dir: str | Path,
     data: Data | str | Path | Mapping[str, Any] | None = None,
     *,
-    split: str = "all",
-    checkpoint: str = "best",
-    overrides: Sequence[str] = (),
-    probabilities: bool = False,
-    device: str | None = None,
-    trust_checkpoint: bool = False,
     progress: bool = False,
+    **options: Any,
 ) -> dict[str, Any]:
     """A trained run's predictions on ``data`` as columns, every row in memory: ``split`` (a list of names)
-    and ``[R]`` or ``[R, C]`` tensors (:meth:`Predictions.chunks`). The arguments are those of
-    :class:`Predictions`; ``progress`` shows a bar over the batches."""
-    predictions = Predictions(run_dir, data, split=split, checkpoint=checkpoint, overrides=overrides,
-                              probabilities=probabilities, device=device, trust_checkpoint=trust_checkpoint)
-    return collect(predictions.chunks(progress))
+    and ``[R]`` or ``[R, C]`` tensors (:meth:`Predictions.chunks`). ``options``: the keyword arguments of
+    :class:`Predictions` (``split``, ``checkpoint``, ``overrides``, ``probabilities``, ``device``,
+    ``trust_checkpoint``); ``progress`` shows a bar over the batches."""
+    return collect(Predictions(run_dir, data, **options).chunks(progress))
 
 
 def write_predictions(
@@ -267,18 +261,12 @@ def write_predictions(
     out: str | Path,
     data: Data | str | Path | Mapping[str, Any] | None = None,
     *,
-    split: str = "all",
-    checkpoint: str = "best",
-    overrides: Sequence[str] = (),
-    probabilities: bool = False,
-    device: str | None = None,
-    trust_checkpoint: bool = False,
     progress: bool = False,
+    **options: Any,
 ) -> int:
     """Write a trained run's predictions on ``data`` to ``out``, CSV, Parquet or ``.pt`` by its extension,
-    streamed batch by batch (:func:`~kmipgt.train.prediction_files.write_rows`); the number of rows. The
-    arguments as for :func:`predict`. Nothing is written when the data are refused or a batch fails."""
+    streamed batch by batch (:func:`~kmipgt.train.prediction_files.write_rows`); the number of rows.
+    ``progress`` and ``options`` as for :func:`predict`. Nothing is written when the data are refused or a
+    batch fails."""
     check_output(out)  # a wrong extension or folder is refused before the data are read
-    predictions = Predictions(run_dir, data, split=split, checkpoint=checkpoint, overrides=overrides,
-                              probabilities=probabilities, device=device, trust_checkpoint=trust_checkpoint)
-    return write_rows(out, predictions.chunks(progress))
+    return write_rows(out, Predictions(run_dir, data, **options).chunks(progress))
