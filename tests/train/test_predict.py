@@ -124,7 +124,7 @@ def test_a_graph_without_labels_or_masks_is_predicted_whole(city_run, tmp_path):
     assert columns["split"] == [""] * 120 and columns["predicted"].shape == (120,)
     with pytest.raises(ValueError, match="has no test nodes"):
         predict(city_run, graph, split="test")
-    unlabelled = predict(city_run, overrides=["data.options={num_nodes: 150, seed: 4, labels: false}"])
+    unlabelled = predict(city_run, {"options": {"num_nodes": 150, "seed": 4, "labels": False}})
     assert unlabelled["split"] == [""] * 150 and torch.equal(unlabelled["node"], torch.arange(150))
 
 
@@ -153,3 +153,11 @@ def test_refusals_before_the_data_are_read(minnesota_run, tmp_path, capsys, monk
     assert main(["predict", str(minnesota_run), "--out", str(tmp_path / "rows.parquet")]) == 2
     assert "pip install 'kmipgt[parquet]'" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_model_override_that_changes_the_weights_is_refused(minnesota_run, tmp_path, capsys):
+    out = tmp_path / "rows.csv"
+    assert main(["predict", str(minnesota_run), "--set", "model.channels=32", "--out", str(out)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and "do not fit the model this config builds: size mismatch" in error
+    assert not out.exists()

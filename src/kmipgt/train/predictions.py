@@ -82,6 +82,18 @@ def _stand_in(graph: Data, level: str) -> Data:
     return graph
 
 
+def _overrides(keys: Mapping[str, Any], prefix: str) -> list[str]:
+    """``key.sub=value`` overrides setting each leaf of the nested ``keys`` under ``prefix`` (so that
+    ``{"options": {"seed": 1}}`` changes the seed and keeps the other options)."""
+    overrides = []
+    for key, value in keys.items():
+        if isinstance(value, Mapping) and value:
+            overrides += _overrides(value, f"{prefix}.{key}")
+        else:
+            overrides.append(f"{prefix}.{key}={json.dumps(value)}")  # JSON is YAML, as overrides are read
+    return overrides
+
+
 def _prepared(config: Config, data: Data | str | Path | None) -> tuple[PreparedData, str]:
     """The data to predict on, prepared as training prepared the run's, and how messages name them."""
     level = config.task.level
@@ -107,8 +119,8 @@ class Predictions:
     Args:
         run_dir: a folder written by ``kmipgt train``.
         data: None (the dataset of the run's config with ``overrides``), a ``Data`` or the path of a ``.pt``
-            file holding one, or a mapping of ``data`` config keys (``{"name": ..., "options": {...}}``)
-            applied as overrides.
+            file holding one, or a mapping of ``data`` config keys applied as overrides, nested keys one by
+            one (``{"options": {"seed": 1}}`` keeps the other options).
         split: ``train``, ``val``, ``test`` or ``all`` (every node, graph or pair; a graph given alone
             has no splits, so only ``all``).
         checkpoint: ``best`` or ``last``; ``trust_checkpoint`` as for :func:`~kmipgt.train.load_run`.
@@ -136,7 +148,7 @@ class Predictions:
             raise ValueError(f"split must be one of {SPLIT_CHOICES}, got {split!r}")
         overrides = [*overrides, *([f"device={device}"] if device is not None else [])]
         if isinstance(data, Mapping):
-            overrides += [f"data.{key}={json.dumps(value)}" for key, value in data.items()]
+            overrides += _overrides(data, "data")
             data = None
         config, weights = read_run(run_dir, checkpoint, overrides, trust_checkpoint)
         validate_config(config)
