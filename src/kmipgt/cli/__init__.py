@@ -34,6 +34,7 @@ the largest inner product, found exactly) on PyTorch Geometric data, and measure
   kmipgt train --config NAME            another shipped config (kmipgt configs lists them) or a YAML file
   kmipgt eval RUN_DIR                   re-evaluate a trained run
   kmipgt export RUN_DIR                 the trained model as a torch.export program (.pt2)
+  kmipgt predict RUN_DIR --out FILE     a trained run's predictions, on its data or new data
   kmipgt sweep NAME                     train every cell of a grid of configs and summarise
   kmipgt configs                        the shipped run configs and sweeps, each with what it is
   kmipgt data list                      the datasets, all usable offline

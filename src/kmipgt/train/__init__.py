@@ -1,4 +1,4 @@
-"""Training and evaluation: configs, metrics, the training loop with exact resume, run reports.
+"""Training, evaluation and predictions: configs, metrics, the training loop with exact resume, run reports.
 
 The names below are imported on first use (:func:`kmipgt.lazy.lazy_package`), so reading and checking a config
 (:mod:`kmipgt.train.config`) does not import torch or PyG: ``kmipgt train`` reports a bad key at once.
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from kmipgt.train.loop import Trainer
     from kmipgt.train.metrics import METRICS, compute_metric
     from kmipgt.train.models import build_model
+    from kmipgt.train.predictions import predict, write_predictions
     from kmipgt.train.run import evaluate_run, load_run, split_graph, train
     from kmipgt.train.task import SplitGraph
 
@@ -34,8 +35,10 @@ _SOURCES = {
     "export_run": "export",
     "load_config": "config",
     "load_run": "run",
+    "predict": "predictions",
     "split_graph": "run",
     "train": "run",
+    "write_predictions": "predictions",
 }
 
 __all__ = [
@@ -51,8 +54,10 @@ __all__ = [
     "export_run",
     "load_config",
     "load_run",
+    "predict",
     "split_graph",
     "train",
+    "write_predictions",
 ]
 
 

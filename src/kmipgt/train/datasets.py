@@ -272,6 +272,19 @@ def _edge_level(raw, config: Config) -> tuple[dict[str, list[Data]], Data, torch
     return splits, splits["train"][0], splits["train"][0].edge_label
 
 
+def prepare_set_graph(graph: Data, config: Config, training: Sequence[Data] | None = None) -> Data:
+    """One more graph of ``config``'s set of graphs, prepared as :func:`prepare_data` prepares the set's:
+    features, encodings, features z-scored with the statistics of ``training`` (the set's raw training
+    graphs, needed only with ``data.normalize_features``), a virtual node where the config adds them."""
+    prepared = _prepare_graph(graph, config)
+    if config.data.normalize_features:
+        if training is None:
+            raise ValueError("data.normalize_features: the graph is z-scored with the statistics of the "
+                             "training graphs, so pass them (training=...)")
+        _standardise_features([prepared], [_prepare_graph(g, config, encodings=False) for g in training])
+    return add_virtual_node(prepared) if config.data.virtual_node else prepared
+
+
 def prepare_data(config: Config, raw: Any = None) -> PreparedData:
     """Load and prepare the dataset named in ``config.data`` for ``config.task.level``.
 
