@@ -264,7 +264,7 @@ def _bench_compile(args: argparse.Namespace) -> int:
     if args.device is not None:
         settings.append(f"device={args.device}")
     config = load_config(args.config, settings)
-    from kmipgt.bench.compiled_step import compiled_step_benchmark, markdown_table, write_outputs
+    from kmipgt.train.compile_time import compiled_step_benchmark, markdown_table, write_outputs
 
     result = compiled_step_benchmark(config, args.steps, args.warmup)
     result = {"config": args.config, "overrides": args.overrides, **result}
