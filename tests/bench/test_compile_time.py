@@ -24,7 +24,8 @@ def _traced_without_code_generation(monkeypatch):
 
 def test_the_benchmark_times_both_steps_in_turns_and_counts_the_graphs(tmp_path, capsys):
     out = tmp_path / "compile"
-    args = ["bench", "compile", "--config", "peptides_func", "--steps", "3", "--warmup", "1", "--out", str(out)]
+    args = ["bench", "compile", "--config", "peptides_func", "--steps", "3", "--warmup", "1",
+            "--out", str(out)]
     assert main([*args, *(arg for option in TINY for arg in ("--set", option))]) == 0
     result = json.loads((out / "compile.json").read_text())
     assert {len(result["steps"]["eager"]), len(result["steps"]["compiled"])} == {3}
