@@ -149,3 +149,21 @@ def test_node_and_edge_models_compile_on_one_graph(task):
     results, graphs = compiled_runs(model, inputs)
     _assert_equal_to_eager(results)
     assert graphs == 1
+
+
+def test_grf_attention_runs_eagerly_between_compiled_graphs():
+    """GRF samples and caches its walks on the host: inside a compiled model it runs eagerly, and the graphs
+    around it (split at every GRF layer) serve every batch shape: a second pass compiles nothing."""
+    generator = torch.Generator().manual_seed(4)
+    model = _model("gine", "grf")
+    inputs = [_batch(sizes, generator) for sizes in SHAPES]
+    torch._dynamo.reset()
+    graphs_before = counters["stats"]["unique_graphs"]
+    compiled = torch.compile(model, dynamic=True, backend="aot_eager")
+    with fx_config.patch(use_duck_shape=False):
+        for kwargs in inputs:
+            torch.testing.assert_close(compiled(**kwargs), model(**kwargs), atol=1e-5, rtol=1e-5)
+        first_pass = counters["stats"]["unique_graphs"] - graphs_before
+        for kwargs in inputs:
+            compiled(**kwargs)
+    assert counters["stats"]["unique_graphs"] - graphs_before == first_pass

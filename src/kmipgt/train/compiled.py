@@ -8,13 +8,21 @@ import torch
 import torch.fx.experimental._config as fx_config
 from torch._dynamo.utils import counters
 
+from kmipgt.nn.attention import ProjectedAttention
+
 __all__ = ["CompiledModel"]
+
+
+def _traceable(model: torch.nn.Module) -> bool:
+    """Whether every attention kind of ``model`` compiles whole (``AttentionKind.compiles``)."""
+    return all(m.kind.compiles for m in model.modules() if isinstance(m, ProjectedAttention))
 
 
 class CompiledModel(torch.nn.Module):
     """``model`` compiled with dynamic shapes and no graph break (``fullgraph=True``): the numbers of nodes,
     edges and graphs of a batch are symbolic, so a run's batches of every shape reuse one graph per mode
     (training, evaluation). The model's own parameters are trained and saved; this module only calls it.
+    A kind that does not compile (GRF: ``AttentionKind.compiles``) runs eagerly between compiled graphs.
 
     Sizes that happen to be equal in the first batch (the graph count plus one and a feature width, say)
     would be traced as one symbol and compiled again once they differ: TorchDynamo's duck shaping is off
@@ -27,7 +35,7 @@ class CompiledModel(torch.nn.Module):
 
     def __init__(self, model: torch.nn.Module, backend: str = "inductor"):
         super().__init__()
-        self.compiled = torch.compile(model, dynamic=True, fullgraph=True, backend=backend)
+        self.compiled = torch.compile(model, dynamic=True, fullgraph=_traceable(model), backend=backend)
         self._graphs_before = counters["stats"]["unique_graphs"]
 
     @property
