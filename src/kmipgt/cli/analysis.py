@@ -1,4 +1,5 @@
-"""``kmipgt analysis``: inspect trained models (attended keys), label signal by hops, curves, S-SEG-WL."""
+"""``kmipgt analysis``: inspect trained models (attended keys, GRF modulation), label signal by hops, curves,
+S-SEG-WL."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 from pathlib import Path
 
 from kmipgt.atomic import atomic_write_text
+from kmipgt.cli.analysis_grf import add_grf
 from kmipgt.cli.parser import add_checkpoint, add_overrides, csv, positive_int
 from kmipgt.cli.runs import load_config, use_run_allocator
 
@@ -256,6 +258,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     _add_explain(analysis)
     _add_probe(analysis)
+    add_grf(analysis)
     curves = analysis.add_parser(
         "curves", help="several runs' training loss and validation metric on one plot, best epochs as a table"
     )

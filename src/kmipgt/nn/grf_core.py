@@ -286,7 +286,7 @@ class GRFCore(AttentionCore):
     def reset_parameters(self) -> None:
         r"""Resets f, redraws the random features and forgets the cached walks (of all cores sharing them)."""
         with torch.no_grad():
-            f = torch.exp(-self.f_decay * torch.arange(self.max_len + 1, dtype=torch.float))
+            f = self.initial_f()
             # Inverse softplus, so that softplus(theta) starts at f.
             self.theta.copy_((f + torch.log(-torch.expm1(-f))).expand_as(self.theta))
         self.redraw_projection()
@@ -300,6 +300,10 @@ class GRFCore(AttentionCore):
         self.projection.copy_(
             orthogonal_random_features(self.num_random_features, self.head_dim, device=self.projection.device)
         )
+
+    def initial_f(self) -> Tensor:
+        r"""The modulation every head starts from, :math:`e^{-\mathrm{decay} \cdot t}`, ``[max_len + 1]``."""
+        return torch.exp(-self.f_decay * torch.arange(self.max_len + 1, dtype=torch.float))
 
     @property
     def f(self) -> Tensor:
