@@ -38,6 +38,13 @@ def test_cli_reads_the_learned_modulation_and_checks_the_estimator(tmp_path, cap
     assert (few["num_walks"], many["num_walks"]) == (2, 200)
     assert many["features_error"] < few["features_error"] and many["mask_error"] < few["mask_error"]
     assert "| layer 1 |" in printed.out and "| 200 |" in printed.out
+    figure = tmp_path / "figures" / "f.png"
+    code = main(["analysis", "grf", str(run), "--modulation-only", "--out", str(tmp_path / "only"),
+                 "--figure", str(figure)])
+    assert code == 0 and figure.read_bytes()[:4] == b"\x89PNG"
+    assert not (tmp_path / "only" / "grf_modulation.png").exists()
+    only = json.loads((tmp_path / "only" / "grf.json").read_text())
+    assert only["estimator"] == [] and "summary" not in only and only["modulation"] == record["modulation"]
 
 
 @pytest.mark.slow

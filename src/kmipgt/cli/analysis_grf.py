@@ -24,6 +24,8 @@ def _analysis_grf(args: argparse.Namespace) -> int:
 
     out = args.out if args.out is not None else args.runs[0] / "grf"
     out.mkdir(parents=True, exist_ok=True)
+    figure = args.figure if args.figure is not None else out / "grf_modulation.png"
+    figure.parent.mkdir(parents=True, exist_ok=True)
     runs, graph, record = {}, None, {"runs": [str(run) for run in args.runs], "estimator": []}
     # The allocator is set once per process: the first run's (seeds of one model share it).
     use_run_allocator(args.runs[0])
@@ -50,7 +52,7 @@ def _analysis_grf(args: argparse.Namespace) -> int:
             {"run": str(run), **row, "layer": found[row["head"] // heads].name, "head": row["head"] % heads}
             for row in rows
         ]
-    plot_modulations(out / "grf_modulation.png", runs)
+    plot_modulations(figure, runs)
     record["modulation"] = {
         run: [{"layer": m.name, "initial": m.initial.tolist(), "learned": m.learned.tolist()} for m in found]
         for run, found in runs.items()
@@ -61,7 +63,7 @@ def _analysis_grf(args: argparse.Namespace) -> int:
         record["summary"] = summarize_errors(record["estimator"])
         _print_estimator(record["summary"], graph.num_nodes, len(args.runs), args.seeds)
     write_json(out / "grf.json", record)
-    print(f"wrote {out / 'grf_modulation.png'} and {out / 'grf.json'}")
+    print(f"wrote {figure} and {out / 'grf.json'}")
     return 0
 
 
@@ -109,5 +111,7 @@ def add_grf(analysis: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--seeds", type=positive_int, default=3, help="walk seeds per walk count")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default FIRST_RUN/grf)")
+    parser.add_argument("--figure", type=Path, default=None,
+                        help="the modulation figure's PNG (default OUT/grf_modulation.png)")
     add_checkpoint(parser)
     parser.set_defaults(handler=_analysis_grf, config_allocator=True)
