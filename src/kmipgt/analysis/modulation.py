@@ -90,7 +90,9 @@ def plot_modulations(path: Path, runs: dict[str, list[Modulation]]) -> None:
         ax.set_xlabel("walk step t")
     for ax in axes[:, 0]:
         ax.set_ylabel("f_t")
-    axes.flat[0].legend(fontsize=7)
-    figure.tight_layout()
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    # Below the panels, so that no curve is hidden behind it.
+    figure.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=7, frameon=False)
+    figure.tight_layout(rect=(0, 0.06 + 0.03 * ((len(labels) - 1) // 4), 1, 1))
     save_figure(figure, path)
     plt.close(figure)

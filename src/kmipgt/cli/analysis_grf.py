@@ -52,7 +52,9 @@ def _analysis_grf(args: argparse.Namespace) -> int:
             {"run": str(run), **row, "layer": found[row["head"] // heads].name, "head": row["head"] % heads}
             for row in rows
         ]
-    plot_modulations(figure, runs)
+    # The run folders' names as labels where they tell the runs apart (a sweep's cells), else their paths.
+    names = [Path(run).name for run in runs]
+    plot_modulations(figure, dict(zip(names if len(set(names)) == len(names) else runs, runs.values())))
     record["modulation"] = {
         run: [{"layer": m.name, "initial": m.initial.tolist(), "learned": m.learned.tolist()} for m in found]
         for run, found in runs.items()
