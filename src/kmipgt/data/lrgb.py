@@ -40,6 +40,7 @@ from tqdm.auto import tqdm
 from kmipgt.atomic import save_tensors
 from kmipgt.data import cache
 from kmipgt.data.graph_checks import MAX_CLASSES, check_class_labels, check_edge_index, check_graph_edges
+from kmipgt.data.registry import NUMERIC_FEATURES, CategoricalFeatures
 from kmipgt.logs import quiet
 from kmipgt.safe_load import (
     NUMPY_ARRAY_GLOBALS,
@@ -66,6 +67,11 @@ ORIGINAL_PEPTIDES = {
                         "c240c1c15466b5c907c63e180fa8aa89",
                         "splits_random_stratified_peptide_structure.pickle", None),
 }
+# The number of values of each atom / bond feature of OGB's smiles2graph (ogb.utils.features'
+# get_atom_feature_dims and get_bond_feature_dims): the molecules' features are these category ids.
+OGB_ATOM_DIMS = (119, 5, 12, 12, 10, 6, 6, 2, 2)
+OGB_BOND_DIMS = (5, 6, 2)
+MOLECULES = ("peptides-func", "peptides-struct", "pcqm-contact")
 # What each raw graph of a dataset holds, in order (PyG's LRGBDataset.process reads the same tuples).
 RAW_FIELDS = {
     "pcqm-contact": ("x", "edge_attr", "edge_index", "edge_label_index", "edge_label"),
@@ -286,6 +292,15 @@ def lrgb_dataset(
 def lrgb_splits(root: str | Path, name: str, **options) -> dict[str, list[Data]]:
     """Every split of a local LRGB copy as a list of graphs; ``options`` as for :func:`lrgb_dataset`."""
     return {split: list(lrgb_dataset(root, name, split, **options)) for split in SPLITS}
+
+
+def lrgb_categories(root: str | Path, name: str, **options: Any) -> CategoricalFeatures:
+    """Which features of LRGB's ``name`` are category ids (arguments as :func:`lrgb_splits`): the molecules'
+    (Peptides, PCQM-Contact) atom and bond features are OGB's; the superpixels' are numbers."""
+    key = name.lower()
+    if key not in LRGB_NAMES:
+        raise ValueError(f"name must be one of {sorted(LRGB_NAMES.values())}, got {name!r}")
+    return CategoricalFeatures(OGB_ATOM_DIMS, OGB_BOND_DIMS) if key in MOLECULES else NUMERIC_FEATURES
 
 
 def _from_original(csv_path, split_path, key, split, transform, smiles2graph, verify_md5) -> LRGBSplit:
