@@ -139,6 +139,9 @@ def _check_graph_strategy(config: Config) -> None:
     _one_of("model.attention (with distributed.strategy 'graph')", m.attention, partitioned_attention_kinds())
     if config.log_branches:
         raise ValueError("config key 'log_branches' is not supported with distributed.strategy 'graph' yet")
+    if m.norm == "graph":
+        raise ValueError("model.norm 'graph' normalises each graph as a whole, which distributed.strategy "
+                         "'graph' splits across the ranks; use 'layer' or 'batch'")
 
 
 def _check_distributed(config: Config) -> None:
