@@ -57,16 +57,17 @@ def _assert_same(fused, reference):
 
 
 def _spy(monkeypatch) -> list:
-    """Records each fused call (its device type) and lets it run."""
+    """Records each time a pass asks for a fused kernel (the forward, then the backward where one runs):
+    the device type of the kernel found, or None."""
     calls = []
-    original = small_graphs.fused_small_graph_attention
+    original = small_graphs.fused_kernel
 
     def recording(query, *args):
-        result = original(query, *args)
-        calls.append(None if result is None else query.device.type)
-        return result
+        kernel = original(query, *args)
+        calls.append(None if kernel is None else query.device.type)
+        return kernel
 
-    monkeypatch.setattr("kmipgt.ops.attention.fused_small_graph_attention", recording)
+    monkeypatch.setattr("kmipgt.ops.kmip_operator.fused_kernel", recording)
     return calls
 
 
@@ -76,7 +77,7 @@ def test_the_fused_cpu_path_equals_search_then_softmax(k, dtype, monkeypatch):
     calls = _spy(monkeypatch)
     ptr, tensors = _batch("cpu", dtype)
     fused = _run(tensors, k, layout=RaggedLayout(ptr))
-    assert calls == ["cpu"]
+    assert calls == ["cpu", "cpu"]
     _assert_same(fused, _rounded_once(tensors, k, ptr=ptr))
 
 
@@ -90,7 +91,7 @@ def test_calls_no_fused_kernel_serves_take_the_search(monkeypatch):
     _assert_same(_run(tensors, 4, ptr=ptr), _rounded_once(tensors, 4, ptr=ptr))
     ptr64, tensors64 = _batch("cpu", torch.float64)
     kmip_attention(*tensors64, 4, ptr=ptr64)
-    assert calls == [None, None]
+    assert calls == [None, None, None]  # forward and backward, then float64
 
 
 @pytest.mark.cuda
@@ -99,7 +100,7 @@ def test_the_fused_cuda_path_equals_search_then_softmax(dtype, monkeypatch):
     calls = _spy(monkeypatch)
     ptr, tensors = _batch("cuda", dtype)
     fused = _run(tensors, 4, layout=RaggedLayout(ptr, "cuda"))
-    assert calls == ["cuda"]
+    assert calls == ["cuda", "cuda"]
     _assert_same(fused, _rounded_once(tensors, 4, ptr=ptr))
 
 
@@ -113,7 +114,7 @@ def test_head_dims_past_128_on_cuda_take_a_path_that_fits(dim, dtype, monkeypatc
     calls = _spy(monkeypatch)
     ptr, tensors = _batch("cuda", dtype, sizes=(199, 3, 120), dim=dim)
     result = _run(tensors, 5, layout=RaggedLayout(ptr, "cuda"))
-    assert calls == [None if dtype == torch.float32 else "cuda"]
+    assert calls == [None if dtype == torch.float32 else "cuda"] * 2
     _assert_same(result, _rounded_once(tensors, 5, ptr=ptr))
 
 

@@ -1,4 +1,5 @@
-"""``kmipgt sweep``: train every cell of a grid of config overrides, then write the summaries."""
+"""``kmipgt sweep``: train every cell of a grid of config overrides, then write the summaries; or list the
+cells, or check each in seconds."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 import shlex
 from pathlib import Path
 
-from kmipgt.cli.parser import add_overrides, positive_int
+from kmipgt.cli.parser import FAST_DEV_BATCHES, add_overrides, positive_int
 
 
 def _sweep(args: argparse.Namespace) -> int:
@@ -18,6 +19,8 @@ def _sweep(args: argparse.Namespace) -> int:
     sweep = load_sweep(args.sweep, out=args.out, overrides=args.overrides)
     cells = expand(sweep)
     check_cells(sweep, cells)
+    if args.fast_dev_run is not None:
+        return _fast_dev_run(sweep, cells, args.fast_dev_run)
     if args.dry_run:
         print(f"{len(cells)} cells of {sweep.path} (base {sweep.base}) in {sweep.out}:")
         for cell in cells:
@@ -39,6 +42,20 @@ def _sweep(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _fast_dev_run(sweep, cells, batches: int) -> int:
+    from kmipgt.sweep import cell_overrides
+    from kmipgt.train import load_config
+    from kmipgt.train.fast_dev_run import fast_dev_run_configs
+
+    print(f"fast dev run of the {len(cells)} cells of {sweep.path}, {batches} batches each; nothing written")
+    configs = ((f"cell {cell.label}", load_config(sweep.base, cell_overrides(sweep, cell))) for cell in cells)
+    failed = fast_dev_run_configs(configs, batches)
+    print(f"{len(cells) - len(failed)} of {len(cells)} cells passed")
+    for label in failed:
+        print(f"  failed: {label}")
+    return 1 if failed else 0
+
+
 def register(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("sweep", help="train each cell of a grid of config overrides; summarise")
     parser.add_argument(
@@ -55,5 +72,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: the file's out)")
     add_overrides(parser, "optim.epochs=20 (added to the file's set, for every cell)")
-    parser.add_argument("--dry-run", action="store_true", help="list the cells and their state, then exit")
+    checks = parser.add_mutually_exclusive_group()
+    checks.add_argument("--dry-run", action="store_true", help="list the cells and their state, then exit")
+    checks.add_argument(
+        "--fast-dev-run", type=positive_int, nargs="?", const=FAST_DEV_BATCHES, default=None, metavar="N",
+        help=f"check every cell in this process: N (default {FAST_DEV_BATCHES}) batches of training and of "
+        "each evaluation split, as kmipgt train --fast-dev-run; writes nothing",
+    )
     parser.set_defaults(handler=_sweep)

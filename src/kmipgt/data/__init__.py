@@ -16,6 +16,7 @@ from kmipgt.lazy import lazy_package
 if TYPE_CHECKING:
     from kmipgt.data.city_labels import eccentricity_labels, partition_labels, road_adjacency
     from kmipgt.data.city_networks import CityNetworks, load_city_network
+    from kmipgt.data.graph_file import load_graph
     from kmipgt.data.helsinki import HELSINKI_FEATURES, helsinki
     from kmipgt.data.lrgb import lrgb_dataset, lrgb_splits
     from kmipgt.data.minnesota import MINNESOTA_FEATURES, minnesota
@@ -61,6 +62,7 @@ _SOURCES = {
     "list_datasets": "registry",
     "load_city_network": "city_networks",
     "load_dataset": "registry",
+    "load_graph": "graph_file",
     "lrgb_dataset": "lrgb",
     "lrgb_splits": "lrgb",
     "minnesota": "minnesota",
@@ -100,6 +102,7 @@ __all__ = [
     "list_datasets",
     "load_city_network",
     "load_dataset",
+    "load_graph",
     "lrgb_dataset",
     "lrgb_splits",
     "minnesota",

@@ -82,7 +82,7 @@ def _default_smiles2graph() -> Converter:
     except ImportError as error:
         raise ImportError(
             "Reading the original LRGB CSV needs OGB's smiles2graph, which needs rdkit: "
-            "pip install ogb rdkit (or supply the PyG LRGBDataset raw layout instead)"
+            "pip install 'kmipgt[lrgb]' (or supply the PyG LRGBDataset raw layout instead)"
         ) from error
     return smiles2graph
 

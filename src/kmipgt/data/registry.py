@@ -86,7 +86,8 @@ DATASETS: dict[str, Dataset] = {dataset.name: dataset for dataset in (
             "kNN graph of scikit-learn's handwritten digits"),
     Dataset("lrgb", "kmipgt.data.lrgb:lrgb_splits", ("graph",),
             "local LRGB copy at root; name: Peptides-func, Peptides-struct, PascalVOC-SP, COCO-SP, "
-            "PCQM-Contact", categories="kmipgt.data.lrgb:lrgb_categories"),
+            "PCQM-Contact (the extra reads the original Peptides CSV)", extra="lrgb",
+            categories="kmipgt.data.lrgb:lrgb_categories"),
     Dataset("synthetic_parts", "kmipgt.data.synthetic_parts:synthetic_parts", ("node",),
             "synthetic part segmentation: num_shapes shapes of 2,048 points from primitives"),
     Dataset("synthetic_rooms", "kmipgt.data.synthetic_rooms:synthetic_rooms", ("node",),

@@ -193,8 +193,18 @@ class ProjectedAttention(torch.nn.Module):
         if self.kind.float32_only:
             x, qk_x = x.float(), None if qk_x is None else qk_x.float()
             precision = torch.autocast(x.device.type, enabled=False)
+        attend = self._attend if self.kind.compiles else self._attend_eagerly
         with precision:
-            return self._attend(x, edge_index, batch, qk_x, layout)
+            return attend(x, edge_index, batch, qk_x, layout)
+
+    @torch.compiler.disable
+    def _attend_eagerly(
+        self, x: Tensor, edge_index: Tensor | None, batch: Tensor | None, qk_x: Tensor | None,
+        layout: RaggedLayout | None,
+    ) -> Tensor:
+        """:meth:`_attend` outside any compiled graph, for a kind the compiler cannot trace
+        (``AttentionKind.compiles``): a compiled model breaks its graph on each side of it."""
+        return self._attend(x, edge_index, batch, qk_x, layout)
 
     def _attend(
         self, x: Tensor, edge_index: Tensor | None, batch: Tensor | None, qk_x: Tensor | None,

@@ -176,7 +176,10 @@ class Parallel:
             branches.append(h_local)
         if layer.attention is not None and cls.beside:
             residual = layer.branch_residual and layer.attention_gate is None
-            branches.append(placement.attention(layer, x, edge_index, batch, qk_x, residual, layout))
+            # Called apart from the append: a kind that runs eagerly breaks a compiled graph here, and the
+            # graph after the break would otherwise hold this call's list and recompile on every call.
+            attended = placement.attention(layer, x, edge_index, batch, qk_x, residual, layout)
+            branches.append(attended)
         return sum(branches, x if placement.stream else 0), edge_attr
 
 

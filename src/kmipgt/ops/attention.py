@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Literal, NamedTuple, TypedDict, overload
 import torch
 from torch import Tensor
 
-from kmipgt.ops.gathers import gathered_dot, gathered_sum, scatter_rows
-from kmipgt.ops.ragged import RaggedLayout, node_graph_bounds
+import kmipgt.ops.kmip_operator  # noqa: F401  (registers torch.ops.kmipgt.kmip_attention)
+from kmipgt.ops.library import attention_dtypes, layout_arguments, traced_offsets
+from kmipgt.ops.ragged import RaggedLayout
 from kmipgt.ops.search.checks import check_query_key, require_finite
 from kmipgt.ops.search.dispatch import Backend, search_layout, topk_inner_product
 from kmipgt.ops.search.ivf_common import ProbeCalibration
-from kmipgt.ops.small_graphs import fused_small_graph_attention
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -98,80 +98,12 @@ def checked_layout(
         _check_value(key, value)
     _check_scale_dropout(scale, dropout_p)
     if torch.compiler.is_compiling():
-        return _traced_offsets(ptr, batch, key_ptr, key_batch, layout)
+        return traced_offsets(ptr, batch, key_ptr, key_batch, layout)
     ptr, key_ptr = search_layout(query, key, ptr, batch, key_ptr, key_batch, layout)
     if check_finite:
         named = {"query": query, "key": key, "value": value}
         require_finite(**{name: tensor for name, tensor in named.items() if tensor is not None})
     return ptr, key_ptr
-
-
-def _traced_offsets(
-    ptr: Tensor | None, batch: Tensor | None, key_ptr: Tensor | None, key_batch: Tensor | None,
-    layout: RaggedLayout | None,
-) -> tuple[Tensor | None, Tensor | None]:
-    """The CPU offsets of a compiled call, read from no value: ``layout``'s, else ``ptr``/``key_ptr``
-    (None: one graph, the queries' layout)."""
-    if batch is not None or key_batch is not None:
-        raise ValueError(
-            "a compiled or exported attention call takes its graphs as `layout` or `ptr`/`key_ptr` (graph "
-            "offsets): sorted `batch`/`key_batch` ids would have to be read"
-        )
-    if layout is not None:
-        return layout.ptr, None
-    return (None if ptr is None else ptr.cpu().long()), (None if key_ptr is None else key_ptr.cpu().long())
-
-
-class _SelectedSoftmaxAttention(torch.autograd.Function):
-    """Softmax attention restricted to given key indices, saving only O(N·H·k) for backward.
-
-    The gathered ``[N, H, k, d]`` keys and values are recomputed chunk by chunk in backward instead of
-    being kept alive by autograd, which is what makes training memory linear in N.
-    """
-
-    @staticmethod
-    def forward(ctx, query, key, value, index, pad_row, scale, dropout_p):
-        # The softmax weights come out as a second, non-differentiable output (free: they are computed and
-        # saved anyway), so callers can inspect exactly what the forward used.
-        ctx.set_materialize_grads(False)
-        valid = index >= 0
-        # Padding slots (graphs smaller than k) gather `pad_row`, a key row of the query's own graph (its own
-        # row where queries are the keys): their weight is 0, but 0·NaN is NaN, so a row of another graph
-        # (e.g. row 0) would leak an unchecked NaN into this graph.
-        safe = torch.where(valid, index, pad_row[:, None, None])
-        # Half-precision inputs get a float32 softmax; float64 stays float64.
-        logits = gathered_dot(query, key, safe) * scale
-        logits.masked_fill_(~valid, float("-inf"))
-        # A query whose graph has no keys has no valid slot: softmax gives NaN there; it attends to nothing.
-        weights = torch.softmax(logits, dim=-1).masked_fill(~valid, 0.0)
-        keep = None
-        dropped = weights
-        if dropout_p > 0:
-            keep = torch.rand_like(weights) >= dropout_p
-            dropped = weights * keep / (1.0 - dropout_p)
-        out = gathered_sum(dropped.to(value.dtype), value, safe)
-        ctx.save_for_backward(query, key, value, safe, weights, keep)
-        ctx.scale, ctx.dropout_p = scale, dropout_p
-        ctx.mark_non_differentiable(weights)
-        return out, weights
-
-    @staticmethod
-    def backward(ctx, grad_out, _grad_weights):
-        if grad_out is None:  # grads are not materialised: nothing flowed back into the output
-            return None, None, None, None, None, None, None
-        query, key, value, safe, weights, keep = ctx.saved_tensors
-        dropped = weights if keep is None else weights * keep / (1.0 - ctx.dropout_p)
-        grad_dropped = gathered_dot(grad_out, value, safe)
-        grad_weights = grad_dropped if keep is None else grad_dropped * keep / (1.0 - ctx.dropout_p)
-        grad_logits = weights * (grad_weights - (weights * grad_weights).sum(-1, keepdim=True)) * ctx.scale
-        grad_logits = grad_logits.to(query.dtype)
-        grad_query = gathered_sum(grad_logits, key, safe) if ctx.needs_input_grad[0] else None
-        num_keys = key.shape[0]
-        grad_key = scatter_rows(grad_logits, query, safe, num_keys) if ctx.needs_input_grad[1] else None
-        grad_value = None
-        if ctx.needs_input_grad[2]:
-            grad_value = scatter_rows(dropped.to(grad_out.dtype), grad_out, safe, num_keys)
-        return grad_query, grad_key, grad_value, None, None, None, None
 
 
 # The overloads tell type checkers that ``return_selection=True`` gives ``(output, selection)``; they take the
@@ -244,41 +176,29 @@ def kmip_attention(
         query, key, value, k, ptr, batch, scale, dropout_p, check_finite, key_ptr=key_ptr,
         key_batch=key_batch, layout=layout,
     )
-    search = {
-        "backend": backend, "nlist": nlist, "nprobe": nprobe, "recall": recall, "calibration": calibration,
-    }
-    search.update({"layout": layout} if layout is not None else {"ptr": ptr, "key_ptr": key_ptr})
-    if query.shape[0] == 0 or key.shape[0] == 0:
-        # Searching the empty batch still checks the backend and its dtypes, so it fails like any other.
-        topk_inner_product(query, key, k, **search)
-        out = value.new_zeros(query.shape[0], value.shape[1], value.shape[2])
-        return (out, empty_selection(query)) if return_selection else out
-    # Slots beyond the largest key graph would only ever hold padding.
-    k = min(k, int((ptr if key_ptr is None else key_ptr).diff().max()))
+    query, key, value = attention_dtypes(query, key, value)
     scale = query.shape[-1] ** -0.5 if scale is None else float(scale)
-    # Options of the approximate backends go to the search, which refuses them with "auto".
-    searched_only = (nlist, nprobe, recall) != (None, None, None)
-    if backend == "auto" and key_ptr is None and dropout_p == 0 and not searched_only:
-        layout = RaggedLayout(ptr, query.device) if layout is None else layout
-        fused = fused_small_graph_attention(query, key, value, k, layout, scale)
-        if fused is not None:
-            out, index, scores, weights = fused
-            return (out, AttentionSelection(index, scores, weights)) if return_selection else out
-    with torch.no_grad():
-        scores, index = topk_inner_product(query.detach(), key.detach(), k, **search, check_finite=False)
-    pad_row = _padding_rows(ptr, key_ptr, query.shape[0], key.shape[0], query.device)
-    out, weights = _SelectedSoftmaxAttention.apply(query, key, value, index, pad_row, scale, float(dropout_p))
-    return (out, AttentionSelection(index, scores, weights)) if return_selection else out
-
-
-def _padding_rows(ptr: Tensor, key_ptr: Tensor | None, num_queries: int, num_keys: int, device) -> Tensor:
-    """``[M]`` key row that padding slots gather: the query's own row, or the first key of its graph.
-
-    A graph without keys has none of its own; it gets a row in range, whose weight is 0 all the same.
-    """
-    if key_ptr is None:
-        return torch.arange(num_queries, device=device)
-    return node_graph_bounds(ptr, device, key_ptr)[0].clamp(max=num_keys - 1)
+    arguments = layout_arguments(layout, ptr, key_ptr)
+    search = {"backend": backend, "nlist": nlist, "nprobe": nprobe, "recall": recall}
+    index = score = None
+    if not torch.compiler.is_compiling():
+        where = {"layout": layout} if layout is not None else {"ptr": ptr, "key_ptr": key_ptr}
+        if query.shape[0] == 0 or key.shape[0] == 0:
+            # Searching the empty batch still checks the backend and its dtypes, so it fails like any other.
+            topk_inner_product(query, key, k, **where, **search)
+            out = value.new_zeros(query.shape[0], value.shape[1], value.shape[2])
+            return (out, empty_selection(query)) if return_selection else out
+        # Slots beyond the largest key graph would only ever hold padding (a compiled call keeps them).
+        k = min(k, int((ptr if key_ptr is None else key_ptr).diff().max()))
+        if calibration is not None:  # the calibration object is filled by a search run here
+            with torch.no_grad():
+                score, index = topk_inner_product(
+                    query, key, k, **where, **search, calibration=calibration, check_finite=False
+                )
+    out, index, score, weight, _ = torch.ops.kmipgt.kmip_attention(
+        query, key, value, k, *arguments, index, score, scale, float(dropout_p), **search
+    )
+    return (out, AttentionSelection(index, score, weight)) if return_selection else out
 
 
 def empty_selection(query: Tensor) -> AttentionSelection:

@@ -21,7 +21,7 @@ from torch import Tensor
 from kmipgt.cache_dir import cache_dir
 from kmipgt.ops.cpp_build import CPP_FLAGS, compiled_library, find_compiler
 
-__all__ = ["fused_attention_available", "fused_kmip_attention"]
+__all__ = ["fused_attention_available", "fused_backward", "fused_forward", "fused_kmip_attention"]
 
 _SOURCE = Path(__file__).with_name("csrc") / "kmip_attention.cpp"
 # Computed in float32: half types are upcast without rounding; float64 would lose precision (refused).
@@ -85,50 +85,67 @@ def _pointer(tensor: Tensor | None) -> int | None:
     return None if tensor is None else tensor.data_ptr()
 
 
+def fused_forward(
+    query: Tensor, key: Tensor, value: Tensor, k: int, ptr: Tensor, scale: float
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The C++ forward on checked inputs: ``(out, index, score, weight)`` as :func:`fused_kmip_attention`
+    returns them, without autograd."""
+    num_nodes, heads, dim = query.shape
+    dim_v = value.shape[-1]
+    # Named, so that upcast copies outlive the call that reads their pointers.
+    query32, key32, value32 = _float32(query), _float32(key), _float32(value)
+    out = torch.empty(num_nodes, heads, dim_v)
+    index = torch.empty(num_nodes, heads, k, dtype=torch.long)
+    score, weight = torch.empty(num_nodes, heads, k), torch.empty(num_nodes, heads, k)
+    status = _checked_library().kmip_attention_forward(
+        query32.data_ptr(), key32.data_ptr(), value32.data_ptr(), num_nodes, heads, dim, dim_v, k,
+        ptr.numel() - 1, ptr.data_ptr(), scale, out.data_ptr(), index.data_ptr(), score.data_ptr(),
+        weight.data_ptr(), torch.get_num_threads(),
+    )
+    _raise_on(status)
+    return out.to(value.dtype), index, score.to(query.dtype), weight
+
+
+def fused_backward(
+    query: Tensor, key: Tensor, value: Tensor, grad_out: Tensor, index: Tensor, weight: Tensor, ptr: Tensor,
+    scale: float, needs: tuple[bool, bool, bool] = (True, True, True),
+) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+    """The C++ backward: gradients of query, key and value (None where ``needs`` says so) from the
+    forward's selection ``index`` and ``weight`` ``[N, H, k]``."""
+    inputs = (query, key, value)
+    grads = [torch.empty(t.shape) if want else None for t, want in zip(inputs, needs)]
+    query32, key32, value32, grad_out32 = (_float32(t) for t in (*inputs, grad_out))
+    status = _checked_library().kmip_attention_backward(
+        query32.data_ptr(), key32.data_ptr(), value32.data_ptr(), grad_out32.data_ptr(),
+        index.data_ptr(), weight.data_ptr(), *query.shape, value.shape[-1], index.shape[-1],
+        ptr.numel() - 1, ptr.data_ptr(), scale, *(_pointer(grad) for grad in grads),
+        torch.get_num_threads(),
+    )
+    _raise_on(status)
+    return tuple(None if grad is None else grad.to(t.dtype) for grad, t in zip(grads, inputs))
+
+
 class _FusedKMIPAttention(torch.autograd.Function):
     """The C++ forward and backward; saves only the inputs and the ``[N, H, k]`` selection."""
 
     @staticmethod
     def forward(ctx, query, key, value, k, ptr, scale):
         ctx.set_materialize_grads(False)
-        library = _checked_library()
-        num_nodes, heads, dim = query.shape
-        dim_v = value.shape[-1]
-        # Named, so that upcast copies outlive the call that reads their pointers.
-        query32, key32, value32 = _float32(query), _float32(key), _float32(value)
-        out = torch.empty(num_nodes, heads, dim_v)
-        index = torch.empty(num_nodes, heads, k, dtype=torch.long)
-        score, weight = torch.empty(num_nodes, heads, k), torch.empty(num_nodes, heads, k)
-        status = library.kmip_attention_forward(
-            query32.data_ptr(), key32.data_ptr(), value32.data_ptr(), num_nodes, heads, dim, dim_v, k,
-            ptr.numel() - 1, ptr.data_ptr(), scale, out.data_ptr(), index.data_ptr(), score.data_ptr(),
-            weight.data_ptr(), torch.get_num_threads(),
-        )
-        _raise_on(status)
+        out, index, score, weight = fused_forward(query, key, value, k, ptr, scale)
         ctx.save_for_backward(query, key, value, index, weight, ptr)
         ctx.scale = scale
         ctx.mark_non_differentiable(index, score, weight)
-        return out.to(value.dtype), index, score.to(query.dtype), weight
+        return out, index, score, weight
 
     @staticmethod
     def backward(ctx, grad_out, _grad_index, _grad_score, _grad_weight):
         if grad_out is None:  # grads are not materialised: nothing flowed back into the output
             return None, None, None, None, None, None
         query, key, value, index, weight, ptr = ctx.saved_tensors
-        inputs = (query, key, value)
-        grads = [torch.empty(t.shape) if want else None for t, want in zip(inputs, ctx.needs_input_grad[:3])]
-        query32, key32, value32, grad_out32 = (_float32(t) for t in (*inputs, grad_out))
-        status = _checked_library().kmip_attention_backward(
-            query32.data_ptr(), key32.data_ptr(), value32.data_ptr(), grad_out32.data_ptr(),
-            index.data_ptr(), weight.data_ptr(), *query.shape, value.shape[-1], index.shape[-1],
-            ptr.numel() - 1, ptr.data_ptr(), ctx.scale, *(_pointer(grad) for grad in grads),
-            torch.get_num_threads(),
+        grads = fused_backward(
+            query, key, value, grad_out, index, weight, ptr, ctx.scale, tuple(ctx.needs_input_grad[:3])
         )
-        _raise_on(status)
-        grad_query, grad_key, grad_value = (
-            None if grad is None else grad.to(t.dtype) for grad, t in zip(grads, inputs)
-        )
-        return grad_query, grad_key, grad_value, None, None, None
+        return (*grads, None, None, None)
 
 
 def fused_kmip_attention(

@@ -27,6 +27,7 @@ __all__ = [
     "op_layout",
     "recording_autograd",
     "replayable_dropout",
+    "traced_offsets",
     "without_autocast",
 ]
 
@@ -59,6 +60,23 @@ def op_layout(
         ptr = torch.tensor([0, num_nodes])
         device_ptr = None
     return RaggedLayout(ptr, device, device_ptr=device_ptr)
+
+
+def traced_offsets(
+    ptr: Tensor | None, batch: Tensor | None, key_ptr: Tensor | None, key_batch: Tensor | None,
+    layout: RaggedLayout | None,
+) -> tuple[Tensor | None, Tensor | None]:
+    """The CPU offsets of a call being compiled or exported, read from no value: ``layout``'s, else
+    ``ptr``/``key_ptr`` as given (None: one graph, the queries' layout). Sorted ``batch`` ids would have to
+    be read: ValueError."""
+    if batch is not None or key_batch is not None:
+        raise ValueError(
+            "a compiled or exported call takes its graphs as `layout` or `ptr`/`key_ptr` (graph offsets): "
+            "sorted `batch`/`key_batch` ids would have to be read"
+        )
+    if layout is not None:
+        return layout.ptr, None
+    return (None if ptr is None else ptr.cpu().long()), (None if key_ptr is None else key_ptr.cpu().long())
 
 
 def attention_dtypes(query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:

@@ -16,6 +16,8 @@ unspecified (the CPU kernel never selects a NaN score, the Triton kernel ranks i
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
@@ -25,7 +27,7 @@ from kmipgt.ops.search.cuda_device import shared_memory_limit
 from kmipgt.ops.search.registry import SearchCall
 from kmipgt.ops.triton_attention_plan import AttentionPlan, attention_plan
 
-__all__ = ["CPU_MAX_NODES", "cuda_plan", "fused_kernel_serves", "fused_small_graph_attention"]
+__all__ = ["CPU_MAX_NODES", "cuda_plan", "fused_kernel", "fused_kernel_serves"]
 
 # The fused CPU kernel is one task per (graph, head): on one thread it beats the search plus the
 # gathers up to 16,384 nodes (docs/benchmarks.md), but a batch of few large graphs leaves threads idle
@@ -33,15 +35,53 @@ __all__ = ["CPU_MAX_NODES", "cuda_plan", "fused_kernel_serves", "fused_small_gra
 CPU_MAX_NODES = 4096
 
 
-def _cpu_kernel(query: Tensor, k: int, layout: RaggedLayout):
-    from kmipgt.ops.fused_attention import fused_attention_available, fused_kmip_attention
+class _CPUKernel(NamedTuple):
+    """The C++ kernels for ``k`` slots over the graphs of host offsets ``ptr``."""
+
+    k: int
+    ptr: Tensor
+
+    def forward(self, query: Tensor, key: Tensor, value: Tensor, scale: float):
+        from kmipgt.ops.fused_attention import fused_forward
+
+        return fused_forward(query, key, value, self.k, self.ptr, scale)
+
+    def backward(self, query, key, value, grad_out, index, weight, scale: float):
+        from kmipgt.ops.fused_attention import fused_backward
+
+        return fused_backward(query, key, value, grad_out, index, weight, self.ptr, scale)
+
+
+class _CUDAKernel(NamedTuple):
+    """The Triton kernels for ``k`` slots over the graphs of the device offsets ``ptr``, at most
+    ``max_nodes`` nodes each, launched by ``plan``."""
+
+    k: int
+    ptr: Tensor
+    max_nodes: int
+    plan: AttentionPlan
+
+    def forward(self, query: Tensor, key: Tensor, value: Tensor, scale: float):
+        from kmipgt.ops.triton_attention import triton_forward
+
+        return triton_forward(query, key, value, self.ptr, self.k, self.max_nodes, scale, self.plan)
+
+    def backward(self, query, key, value, grad_out, index, weight, scale: float):
+        from kmipgt.ops.triton_attention import triton_backward
+
+        return triton_backward(query, key, value, grad_out, self.ptr, index, weight, self.max_nodes, scale,
+                               self.plan)
+
+
+def _cpu_kernel(query: Tensor, k: int, layout: RaggedLayout) -> _CPUKernel | None:
+    from kmipgt.ops.fused_attention import fused_attention_available
 
     too_few_tasks = layout.num_graphs * query.shape[1] < torch.get_num_threads()
     if layout.max_nodes > CPU_MAX_NODES or too_few_tasks or query.dtype == torch.float64:
         return None
     if not fused_attention_available():
         return None
-    return lambda q, key, v, scale: fused_kmip_attention(q, key, v, k, layout.ptr, scale)
+    return _CPUKernel(k, layout.ptr)
 
 
 def cuda_plan(call: SearchCall, value_dim: int) -> AttentionPlan | None:
@@ -54,21 +94,25 @@ def cuda_plan(call: SearchCall, value_dim: int) -> AttentionPlan | None:
     )
 
 
-def _cuda_kernel(query: Tensor, value_dim: int, k: int, layout: RaggedLayout):
+def _cuda_kernel(query: Tensor, value_dim: int, k: int, layout: RaggedLayout) -> _CUDAKernel | None:
     call = SearchCall(
         device_type="cuda", dtype=query.dtype, k=k, head_dim=query.shape[-1], max_nodes=layout.max_nodes,
         queries_differ=False, shared_memory=shared_memory_limit(query.device),
     )
-    if cuda_plan(call, value_dim) is None:
+    plan = cuda_plan(call, value_dim)
+    if plan is None:
         return None
-    from kmipgt.ops.triton_attention import triton_kmip_attention
-
-    return lambda q, key, v, scale: triton_kmip_attention(
-        q, key, v, k, layout.device_ptr, layout.max_nodes, scale
-    )
+    return _CUDAKernel(k, layout.device_ptr, layout.max_nodes, plan)
 
 
-def _kernel(query: Tensor, value_dim: int, k: int, layout: RaggedLayout):
+def fused_kernel(
+    query: Tensor, value_dim: int, k: int, layout: RaggedLayout
+) -> _CPUKernel | _CUDAKernel | None:
+    """The fused kernels that serve ``[N, H, d]`` queries with values of ``value_dim`` and ``k`` slots (at
+    most the largest graph) over ``layout``'s graphs, or None; decided on host facts alone. Each has
+    ``forward(query, key, value, scale) -> (out, index, score, weight)`` and
+    ``backward(query, key, value, grad_out, index, weight, scale) -> (grad_query, grad_key, grad_value)``,
+    without autograd, on inputs of the queries' dtype."""
     if layout.num_nodes == 0:
         return None
     if query.device.type == "cpu":
@@ -79,29 +123,6 @@ def _kernel(query: Tensor, value_dim: int, k: int, layout: RaggedLayout):
 
 
 def fused_kernel_serves(query: Tensor, value: Tensor, k: int, layout: RaggedLayout) -> bool:
-    """Whether :func:`fused_small_graph_attention` runs a fused kernel for these ``[N, H, d]`` queries,
-    ``[N, H, d_v]`` values, ``k`` (at most the largest graph) and layout; decided on host facts alone."""
-    return _kernel(query, value.shape[-1], k, layout) is not None
-
-
-def fused_small_graph_attention(
-    query: Tensor, key: Tensor, value: Tensor, k: int, layout: RaggedLayout, scale: float
-) -> tuple[Tensor, Tensor, Tensor, Tensor] | None:
-    """k-MIP attention of a batch of small graphs by a fused kernel, or None where none serves the call.
-
-    Args:
-        query, key: ``[N, H, d]`` (queries are the keys). value: ``[N, H, d_v]``.
-        k: keys per query, at most the largest graph.
-        layout: the batch's layout.
-        scale: logit scale.
-
-    Returns:
-        ``(out [N, H, d_v], index [N, H, k], score [N, H, k], weight [N, H, k])``, as
-        :func:`~kmipgt.ops.kmip_attention` with ``return_selection`` and no dropout; ``out`` carries the
-        gradients to query, key and value.
-    """
-    kernel = _kernel(query, value.shape[-1], k, layout)
-    if kernel is None:
-        return None
-    out, index, score, weight = kernel(query, key, value, scale)
-    return out, index, score.to(query.dtype), weight
+    """Whether a fused kernel serves these ``[N, H, d]`` queries, ``[N, H, d_v]`` values, ``k`` (at most the
+    largest graph) and layout (:func:`fused_kernel`)."""
+    return fused_kernel(query, value.shape[-1], k, layout) is not None

@@ -30,7 +30,7 @@ from kmipgt.ops.search.cuda_device import device_guard, shared_memory_limit
 from kmipgt.ops.search.triton_kernel import positive_zero
 from kmipgt.ops.triton_attention_plan import MAX_FUSED_K, MAX_FUSED_NODES, AttentionPlan, attention_plan
 
-__all__ = ["triton_kmip_attention"]
+__all__ = ["triton_backward", "triton_forward", "triton_kmip_attention"]
 
 # Scores are ranked as int32 keys whose order is the float order: below every score, the taken or
 # padding slot; above every score, NaN (first, as the exact search ranks it).
@@ -207,32 +207,66 @@ def _backward_kernel(
     )
 
 
+def triton_forward(
+    query: Tensor, key: Tensor, value: Tensor, ptr: Tensor, k: int, max_nodes: int, scale: float,
+    plan: AttentionPlan,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The forward launch on checked inputs: ``(out, index, score, weight)`` as
+    :func:`triton_kmip_attention` returns them, without autograd."""
+    num_nodes, heads, dim = query.shape
+    dim_v = value.shape[-1]
+    device = query.device
+    out = torch.empty(num_nodes, heads, dim_v, dtype=value.dtype, device=device)
+    index = torch.empty(num_nodes, heads, k, dtype=torch.long, device=device)
+    score = torch.empty(num_nodes, heads, k, dtype=torch.float32, device=device)
+    weight = torch.empty(num_nodes, heads, k, dtype=torch.float32, device=device)
+    graphs = ptr.numel() - 1
+    if num_nodes > 0 and heads > 0 and graphs > 0 and max_nodes > 0:
+        grid = (graphs, triton.cdiv(max_nodes, plan.block_m), heads)
+        with device_guard(device):
+            _forward_kernel[grid](
+                query, key, value, ptr, out, index, score, weight,
+                *query.stride(), *key.stride(), *value.stride(),
+                heads, dim, dim_v, scale, k, K_PAD=plan.k_pad,
+                BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, BLOCK_D=plan.block_d,
+                BLOCK_DV=plan.block_dv, num_warps=plan.warps,
+            )
+    return out, index, score, weight
+
+
+def triton_backward(
+    query: Tensor, key: Tensor, value: Tensor, grad_out: Tensor, ptr: Tensor, index: Tensor,
+    weight: Tensor, max_nodes: int, scale: float, plan: AttentionPlan,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The backward launch: gradients of query, key and value from the forward's selection ``index`` and
+    ``weight`` ``[N, H, k]``."""
+    num_nodes, heads, dim = query.shape
+    dim_v = value.shape[-1]
+    grad_query, grad_key, grad_value = (torch.empty_like(t, memory_format=torch.contiguous_format)
+                                        for t in (query, key, value))
+    graphs = ptr.numel() - 1
+    if num_nodes > 0 and heads > 0 and graphs > 0 and max_nodes > 0:
+        grid = (graphs, triton.cdiv(max_nodes, plan.key_chunk), heads)
+        with device_guard(query.device):
+            _backward_kernel[grid](
+                query, key, value, grad_out, ptr, index, weight, grad_query, grad_key, grad_value,
+                *query.stride(), *key.stride(), *value.stride(), *grad_out.stride(),
+                heads, dim, dim_v, scale, index.shape[-1], K_PAD=plan.k_pad,
+                BLOCK_M=plan.query_tile, BLOCK_N=plan.key_chunk, BLOCK_D=plan.block_d,
+                BLOCK_DV=plan.block_dv,
+            )
+    return grad_query, grad_key, grad_value
+
+
 class _FusedKMIPAttention(torch.autograd.Function):
     """The fused kernels as an autograd function; index, score and weight are not differentiable."""
 
     @staticmethod
     def forward(ctx, query, key, value, ptr, k, max_nodes, scale, plan: AttentionPlan):
         ctx.set_materialize_grads(False)
-        num_nodes, heads, dim = query.shape
-        dim_v = value.shape[-1]
-        device = query.device
-        out = torch.empty(num_nodes, heads, dim_v, dtype=value.dtype, device=device)
-        index = torch.empty(num_nodes, heads, k, dtype=torch.long, device=device)
-        score = torch.empty(num_nodes, heads, k, dtype=torch.float32, device=device)
-        weight = torch.empty(num_nodes, heads, k, dtype=torch.float32, device=device)
-        graphs = ptr.numel() - 1
-        if num_nodes > 0 and heads > 0 and graphs > 0 and max_nodes > 0:
-            grid = (graphs, triton.cdiv(max_nodes, plan.block_m), heads)
-            with device_guard(device):
-                _forward_kernel[grid](
-                    query, key, value, ptr, out, index, score, weight,
-                    *query.stride(), *key.stride(), *value.stride(),
-                    heads, dim, dim_v, scale, k, K_PAD=plan.k_pad,
-                    BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, BLOCK_D=plan.block_d,
-                    BLOCK_DV=plan.block_dv, num_warps=plan.warps,
-                )
+        out, index, score, weight = triton_forward(query, key, value, ptr, k, max_nodes, scale, plan)
         ctx.save_for_backward(query, key, value, ptr, index, weight)
-        ctx.k, ctx.max_nodes, ctx.scale, ctx.plan = k, max_nodes, scale, plan
+        ctx.max_nodes, ctx.scale, ctx.plan = max_nodes, scale, plan
         ctx.mark_non_differentiable(index, score, weight)
         return out, index, score, weight
 
@@ -241,25 +275,11 @@ class _FusedKMIPAttention(torch.autograd.Function):
         if grad_out is None:  # grads are not materialised: nothing flowed back into the output
             return None, None, None, None, None, None, None, None
         query, key, value, ptr, index, weight = ctx.saved_tensors
-        plan = ctx.plan
-        num_nodes, heads, dim = query.shape
-        dim_v = value.shape[-1]
-        grad_query, grad_key, grad_value = (torch.empty_like(t, memory_format=torch.contiguous_format)
-                                            for t in (query, key, value))
-        graphs = ptr.numel() - 1
-        if num_nodes > 0 and heads > 0 and graphs > 0 and ctx.max_nodes > 0:
-            grid = (graphs, triton.cdiv(ctx.max_nodes, plan.key_chunk), heads)
-            with device_guard(query.device):
-                _backward_kernel[grid](
-                    query, key, value, grad_out, ptr, index, weight, grad_query, grad_key, grad_value,
-                    *query.stride(), *key.stride(), *value.stride(), *grad_out.stride(),
-                    heads, dim, dim_v, ctx.scale, ctx.k, K_PAD=plan.k_pad,
-                    BLOCK_M=plan.query_tile, BLOCK_N=plan.key_chunk, BLOCK_D=plan.block_d,
-                    BLOCK_DV=plan.block_dv,
-                )
-        grads = [grad if needed else None for grad, needed in zip(
-            (grad_query, grad_key, grad_value), ctx.needs_input_grad[:3], strict=True
-        )]
+        grads = triton_backward(
+            query, key, value, grad_out, ptr, index, weight, ctx.max_nodes, ctx.scale, ctx.plan
+        )
+        needs = ctx.needs_input_grad[:3]
+        grads = [grad if needed else None for grad, needed in zip(grads, needs, strict=True)]
         return (*grads, None, None, None, None, None)
 
 

@@ -145,9 +145,9 @@ class OptimConfig:
 
     ``precision``: ``fp32``, or ``bf16`` (the forward pass under bfloat16 autocast on CPU or GPU, with fp32
     weights, optimiser state and loss: about half the activation memory).
-    ``compile``: run the model through ``torch.compile`` (dynamic shapes, one process only). On CPU it
-    does not help: GatedGCN fails to compile and the models that compile run slower (docs/training.md);
-    it is there for GPUs, where small-graph batches are bound by kernel launches.
+    ``compile``: run the model through ``torch.compile`` (dynamic shapes, no graph break, one process only):
+    one graph for training and one for evaluation whatever the batch shapes (docs/training.md, "Compile
+    and export").
     """
 
     lr: float = 1e-3

@@ -328,6 +328,33 @@ def _feature_categories(config: Config) -> CategoricalFeatures:
     return get_dataset(config.data.name).categorical_features(**config.data.options)
 
 
+def model_categories(config: Config) -> CategoricalFeatures:
+    """Which input features of ``config``'s model are category ids: its dataset's, and at graph level with
+    ``data.virtual_node`` the marker columns the virtual node adds. Known from the config alone, so that a
+    model can be built for saved weights without reading the data."""
+    categories = _feature_categories(config)
+    if config.task.level == "graph" and config.data.virtual_node:
+        return _with_virtual_node(categories)
+    return categories
+
+
+def prepare_set_graph(graph: Data, config: Config, training: Sequence[Data] | None = None) -> Data:
+    """One more graph of ``config``'s set of graphs, prepared as :func:`prepare_data` prepares the set's:
+    features, encodings, features z-scored with the statistics of ``training`` (the set's raw training
+    graphs, needed only with ``data.normalize_features``), a virtual node where the config adds them.
+    Category ids stay ids and are checked against the dataset's tables, as the set's are."""
+    categories = _feature_categories(config)
+    prepared = _prepare_graph(graph, config, categories=categories)
+    _check_categories({"graph": [prepared]}, categories, config.data.name)
+    if config.data.normalize_features:
+        if training is None:
+            raise ValueError("data.normalize_features: the graph is z-scored with the statistics of the "
+                             "training graphs, so pass them (training=...)")
+        reference = [_prepare_graph(g, config, encodings=False, categories=categories) for g in training]
+        _standardise_features([prepared], reference, categories)
+    return add_virtual_node(prepared) if config.data.virtual_node else prepared
+
+
 def prepare_data(config: Config, raw: Any = None) -> PreparedData:
     """Load and prepare the dataset named in ``config.data`` for ``config.task.level``.
 
@@ -352,12 +379,11 @@ def prepare_data(config: Config, raw: Any = None) -> PreparedData:
         graph, first, targets = _node_level(raw, config)
     elif level == "graph":
         splits, first, targets = _graph_level(raw, config, categories)
-        if config.data.virtual_node:
-            categories = _with_virtual_node(categories)
     elif level == "edge":
         splits, first, targets = _edge_level(raw, config)
     else:
         raise ValueError(f"task.level must be 'node', 'graph' or 'edge', got {level!r}")
+    embedded = model_categories(config)
     return PreparedData(
         level=level,
         graph=graph,
@@ -366,6 +392,6 @@ def prepare_data(config: Config, raw: Any = None) -> PreparedData:
         edge_channels=first.edge_attr.size(-1) if first.edge_attr is not None else 0,
         out_channels=_out_channels(targets, config.task.loss, config.data.name),
         name=config.data.name,
-        node_categories=categories.node,
-        edge_categories=categories.edge,
+        node_categories=embedded.node,
+        edge_categories=embedded.edge,
     )

@@ -1,23 +1,29 @@
 """``topk_inner_product``: top-k inner-product search over ragged graphs, by a registered backend.
 
 The backends live in :mod:`kmipgt.ops.search.backends` and register themselves in
-:mod:`kmipgt.ops.search.registry`; this module validates the inputs and hands them to one of them.
+:mod:`kmipgt.ops.search.registry`; this module validates the inputs and hands them to one of them. An
+exact search runs as the ``kmipgt::topk_inner_product`` operator (a compiled or exported model sees one
+operator); the approximate ones run as Python, which records the recall they reach.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
+import torch
 from torch import Tensor
 
 # Imported for its side effect: every backend module registers itself.
 import kmipgt.ops.search.backends  # noqa: F401
+from kmipgt.ops.library import op_layout, traced_offsets, without_autocast
 from kmipgt.ops.ragged import RaggedLayout, graph_ptr, key_graph_ptr, same_device
 from kmipgt.ops.search.checks import check_query_key, require_finite
 from kmipgt.ops.search.ivf_common import ProbeCalibration, check_recall
 from kmipgt.ops.search.registry import SearchBackend, get_backend, registered_backends, route, search_call
 
-__all__ = ["APPROXIMATE_BACKENDS", "SEARCH_BACKENDS", "Backend", "search_layout", "topk_inner_product"]
+__all__ = [
+    "APPROXIMATE_BACKENDS", "SEARCH_BACKENDS", "Backend", "search", "search_layout", "topk_inner_product",
+]
 
 # The backend names for type checkers; tests/ops/test_registry.py checks they equal SEARCH_BACKENDS.
 Backend = Literal["auto", "torch", "dense", "keops", "fused", "triton", "ivf", "faiss"]
@@ -91,9 +97,35 @@ def topk_inner_product(
     """
     check_query_key(query, key, k)
     check_recall(recall, nprobe)
-    if check_finite:
-        require_finite(query=query, key=key)
-    ptr, key_ptr = search_layout(query, key, ptr, batch, key_ptr, key_batch, layout)
+    if torch.compiler.is_compiling():
+        ptr, key_ptr = traced_offsets(ptr, batch, key_ptr, key_batch, layout)
+    else:
+        if check_finite:
+            require_finite(query=query, key=key)
+        ptr, key_ptr = search_layout(query, key, ptr, batch, key_ptr, key_batch, layout)
+    options = {"nlist": nlist, "nprobe": nprobe, "recall": recall}
+    exact = backend == "auto" or get_backend(backend).exact
+    if exact and options == dict.fromkeys(options):
+        device_ptr = layout.device_ptr if layout is not None and layout.device.type != "cpu" else None
+        return torch.ops.kmipgt.topk_inner_product(query, key, k, ptr, key_ptr, device_ptr, backend)
+    where = {"layout": layout} if layout is not None else {"ptr": ptr, "key_ptr": key_ptr}
+    return search(query, key, k, **where, backend=backend, calibration=calibration, **options)
+
+
+def search(
+    query: Tensor, key: Tensor, k: int, *, ptr: Tensor | None = None, key_ptr: Tensor | None = None,
+    layout: RaggedLayout | None = None, backend: str = "auto", nlist: int | None = None,
+    nprobe: int | None = None, recall: float | None = None, calibration: ProbeCalibration | None = None,
+) -> tuple[Tensor, Tensor]:
+    """:func:`topk_inner_product` on checked inputs, by the backend named or routed to (no operator: what
+    the operators run inside, and the approximate searches, whose calibration records what they chose).
+
+    ``layout`` or the CPU offsets ``ptr`` (None: one graph) and ``key_ptr`` (None: the queries').
+    """
+    if layout is not None:
+        ptr = layout.ptr
+    elif ptr is None:
+        ptr = torch.tensor([0, query.shape[0]])
     # Backends see `key_ptr` only where the layouts differ, so the M == N path stays that of every backend.
     options = {} if key_ptr is None else {"key_ptr": key_ptr}
     chosen = None if backend == "auto" else get_backend(backend)
@@ -114,6 +146,27 @@ def topk_inner_product(
     if layout is not None and chosen.takes_layout:
         options = {**options, "layout": layout}
     return chosen.search(query, key, k, ptr, **options)
+
+
+@torch.library.custom_op("kmipgt::topk_inner_product", mutates_args=())
+def _topk_inner_product_op(
+    query: Tensor, key: Tensor, k: int, ptr: Tensor | None, key_ptr: Tensor | None, device_ptr: Tensor | None,
+    backend: str,
+) -> tuple[Tensor, Tensor]:
+    """The exact search on checked inputs: ``(scores, index)`` ``[M, H, k]``. ``ptr``/``key_ptr``: CPU
+    offsets of the queries' and the keys' graphs (None: one graph; the queries'), ``device_ptr``: ``ptr``
+    on the device where the caller has it."""
+    with without_autocast(query.device):
+        if key_ptr is not None:
+            return search(query, key, k, ptr=ptr, key_ptr=key_ptr, backend=backend)
+        layout = op_layout(query.shape[0], ptr, device_ptr, query.device)
+        return search(query, key, k, layout=layout, backend=backend)
+
+
+@_topk_inner_product_op.register_fake
+def _(query, key, k, ptr, key_ptr, device_ptr, backend):
+    slots = (query.shape[0], query.shape[1], k)
+    return query.new_empty(slots), query.new_empty(slots, dtype=torch.long)
 
 
 def search_layout(
