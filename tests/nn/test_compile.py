@@ -192,3 +192,33 @@ def _unbacked_sizes(module, kwargs) -> list[str]:
 def test_no_local_kind_has_a_size_read_from_data(local):
     batch = _batch(SHAPES[0], torch.Generator().manual_seed(4))
     assert _unbacked_sizes(_model(local, "kmip"), batch) == []
+
+
+def test_the_reference_peptides_model_compiles_once_for_every_batch_shape():
+    """``peptides_func_paper`` as shipped (embedded atoms and bonds, per-graph LayerNorm, GatedGCN without its
+    node residual, no output projection, batch-normalised RWSE in channels of their own): one graph."""
+    from kmipgt.data.lrgb import OGB_ATOM_DIMS, OGB_BOND_DIMS
+    from kmipgt.train import load_config
+    from kmipgt.train.datasets import PreparedData
+    from kmipgt.train.models import build_model
+
+    config = load_config("peptides_func_paper", ["model.num_layers=2", "model.k=3"])
+    data = PreparedData("graph", None, None, len(OGB_ATOM_DIMS), len(OGB_BOND_DIMS), 10, "lrgb",
+                        OGB_ATOM_DIMS, OGB_BOND_DIMS)
+    torch.manual_seed(0)
+    model = build_model(config, data)
+    generator = torch.Generator().manual_seed(5)
+    inputs = []
+    for sizes in SHAPES:
+        batch = _batch(sizes, generator)
+        nodes, edges = batch["x"].shape[0], batch["edge_index"].shape[1]
+        ids = [torch.randint(0, n, (nodes,), generator=generator) for n in OGB_ATOM_DIMS]
+        batch["x"] = torch.stack(ids, 1)
+        ids = [torch.randint(0, n, (edges,), generator=generator) for n in OGB_BOND_DIMS]
+        batch["edge_attr"] = torch.stack(ids, 1)
+        batch["rwse"] = torch.rand(nodes, config.data.rwse_dim, generator=generator)
+        inputs.append(batch)
+    model.eval()  # batch norm by its running statistics, the same in both runs of each input
+    results, graphs = compiled_runs(model, inputs)
+    _assert_equal_to_eager(results)
+    assert graphs == 1

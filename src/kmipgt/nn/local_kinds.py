@@ -23,9 +23,10 @@ if TYPE_CHECKING:
 __all__ = ["LOCAL_KINDS", "NO_LOCAL", "LocalKind", "build_local_mpnn"]
 
 NO_LOCAL = NONE
-# ``build(channels, dropout, residual)``: the MPNN mapping ``channels`` to ``channels``; ``residual`` is
-# read only by kinds that carry their own residual.
-LocalBuilder = Callable[[int, float, bool], "torch.nn.Module"]
+# ``build(channels, dropout, residual, node_residual)``: the MPNN mapping ``channels`` to ``channels``;
+# ``residual`` (nodes and edges) and ``node_residual`` (False: the nodes' dropped) are read only by kinds
+# that carry their own residual.
+LocalBuilder = Callable[[int, float, bool, bool], "torch.nn.Module"]
 
 
 @dataclass(frozen=True)
@@ -55,23 +56,23 @@ LOCAL_KINDS: KindRegistry[LocalKind] = KindRegistry("local MPNN")
 
 
 def build_local_mpnn(
-    kind: str, channels: int, dropout: float = 0.0, residual: bool = True
+    kind: str, channels: int, dropout: float = 0.0, residual: bool = True, node_residual: bool = True
 ) -> torch.nn.Module | None:
     """The local MPNN of ``kind`` (``LOCAL_KINDS.names()``) on ``channels``, or ``None`` for ``"none"``.
-    ``residual`` is the own residual connection of a kind that carries one (GatedGCN); the GPS layer adds
-    the others'."""
+    ``residual`` is the own residual connection of a kind that carries one (GatedGCN), ``node_residual``
+    ``False`` drops its part on the nodes (the edges keep theirs); the GPS layer adds the others'."""
     if kind == NO_LOCAL:
         return None
-    return LOCAL_KINDS.lookup(kind).build(channels, dropout, residual)
+    return LOCAL_KINDS.lookup(kind).build(channels, dropout, residual, node_residual)
 
 
-def _gatedgcn(channels: int, dropout: float, residual: bool) -> torch.nn.Module:
+def _gatedgcn(channels: int, dropout: float, residual: bool, node_residual: bool) -> torch.nn.Module:
     from kmipgt.nn.gated_gcn import GatedGCNLayer
 
-    return GatedGCNLayer(channels, dropout=dropout, residual=residual)
+    return GatedGCNLayer(channels, dropout=dropout, residual=residual, node_residual=node_residual)
 
 
-def _gine(channels: int, dropout: float, residual: bool) -> torch.nn.Module:
+def _gine(channels: int, dropout: float, residual: bool, node_residual: bool) -> torch.nn.Module:
     import torch
     from torch_geometric.nn import GINEConv
 
@@ -81,19 +82,19 @@ def _gine(channels: int, dropout: float, residual: bool) -> torch.nn.Module:
     return GINEConv(mlp, edge_dim=channels)
 
 
-def _sage(channels: int, dropout: float, residual: bool) -> torch.nn.Module:
+def _sage(channels: int, dropout: float, residual: bool, node_residual: bool) -> torch.nn.Module:
     from torch_geometric.nn import SAGEConv
 
     return SAGEConv(channels, channels)
 
 
-def _gcn(channels: int, dropout: float, residual: bool) -> torch.nn.Module:
+def _gcn(channels: int, dropout: float, residual: bool, node_residual: bool) -> torch.nn.Module:
     from kmipgt.nn.self_loops import StaticLoopGCNConv
 
     return StaticLoopGCNConv(channels, channels)
 
 
-def _gat(channels: int, dropout: float, residual: bool) -> torch.nn.Module:
+def _gat(channels: int, dropout: float, residual: bool, node_residual: bool) -> torch.nn.Module:
     from kmipgt.nn.self_loops import StaticLoopGATConv
 
     return StaticLoopGATConv(channels, channels, dropout=dropout)

@@ -107,6 +107,8 @@ class ModelConfig:
     head_layers: int = 2
     coord_columns: list[int] = field(default_factory=list)
     num_frequencies: int = 0
+    pe_channels: int = 0
+    rwse_norm: bool = False
     attention_options: dict[str, Any] = field(default_factory=dict)
     attention_qk: str = "hidden"
     attention_gate: bool = False
@@ -115,6 +117,7 @@ class ModelConfig:
     attention_order: str = "parallel"
     norm_position: str = "post"
     branch_residual: bool = True
+    local_residual: bool = True
     ffn: bool = True
     checkpoint: bool = False
     residual: bool = False
