@@ -57,7 +57,8 @@ gpu-check: gpu-site
 # The k-MIP paper's Peptides-func table (sweeps/lrgb_peptides_table) on a CUDA machine, as gpu-check runs.
 # PEPTIDES_ROOT: the folder holding peptides-functional/, the same path every time (the runs keep it in
 # their configs). The CSV is converted once on every core; then the cells train JOBS at a time (auto: as
-# many as the GPU's memory holds) and stop at an epoch boundary within TIME_LIMIT seconds, which leaves a
+# many as the GPU's memory holds, one per core at most; each one CPU thread, so that the cells' host work
+# does not contend for the cores) and stop at an epoch boundary within TIME_LIMIT seconds, which leaves a
 # 10-minute command about a minute for the rest. LRGB_OUT gets summary.md (printed last), results.csv and
 # runs.tar.gz (parts runs.tar.gz.000, ... above 15 MiB); RESUME=<that archive, brought to the next
 # machine> continues its cells there. SWEEP_SET: more overrides for every cell (KEY=VALUE ...).
@@ -73,7 +74,8 @@ lrgb-table: gpu-site
 		--set name=Peptides-func
 	mkdir -p $(LRGB_OUT)
 	PYTHONPATH=src:$(GPU_SITE) $(GPU_PYTHON) -m kmipgt sweep sweeps/lrgb_peptides_table --out $(LRGB_RUNS) \
-		--set data.options.root=$(PEPTIDES_ROOT) $(foreach s,$(SWEEP_SET),--set $(s)) --jobs $(JOBS) \
+		--set data.options.root=$(PEPTIDES_ROOT) --set threads=1 $(foreach s,$(SWEEP_SET),--set $(s)) \
+		--jobs $(JOBS) \
 		--time-limit $(TIME_LIMIT) $(if $(RESUME),--unpack $(RESUME)) --pack $(LRGB_OUT)/runs.tar.gz; \
 	status=$$?; cp $(LRGB_RUNS)/summary.md $(LRGB_RUNS)/results.csv $(LRGB_OUT)/ && \
 		cat $(LRGB_OUT)/summary.md; exit $$status

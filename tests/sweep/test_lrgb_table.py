@@ -25,7 +25,7 @@ def test_the_table_runs_on_the_machines_python_with_the_wheels_of_gpu_check():
     sweep = commands.index(f"{python} sweep sweeps/lrgb_peptides_table")
     assert convert < sweep  # every core converts the CSV once, before the cells would each convert it
     line = " ".join(commands[sweep:].replace("\\\n", " ").split())
-    for option in ("--set data.options.root=.data/lrgb", "--jobs auto", "--time-limit 540",
+    for option in ("--set data.options.root=.data/lrgb", "--set threads=1", "--jobs auto", "--time-limit 540",
                    "--pack bench-out/lrgb/runs.tar.gz"):
         assert option in line, option
     assert "--unpack" not in line
