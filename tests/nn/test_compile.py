@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.fx.experimental._config as fx_config
 from torch._dynamo.utils import counters
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from kmipgt.nn import GraphTransformer, build_global_attention
 from kmipgt.nn.local_kinds import LOCAL_KINDS, NO_LOCAL
@@ -167,6 +168,30 @@ def test_grf_attention_runs_eagerly_between_compiled_graphs():
         for kwargs in inputs:
             compiled(**kwargs)
     assert counters["stats"]["unique_graphs"] - graphs_before == first_pass
+
+
+def _unbacked_sizes(module, kwargs) -> list[str]:
+    """The nodes of ``module``'s compiled graph whose output has a size read from data (an unbacked
+    symbol): inductor cannot always generate code for those mixed with other sizes."""
+    found = []
+
+    def backend(graph_module, example_inputs):
+        for node in graph_module.graph.nodes:
+            value = node.meta.get("example_value", node.meta.get("val"))
+            if isinstance(value, torch.Tensor) and free_unbacked_symbols(value):
+                found.append(node.format_node())
+        return graph_module.forward
+
+    torch._dynamo.reset()
+    with fx_config.patch(use_duck_shape=False):
+        torch.compile(module, fullgraph=True, dynamic=True, backend=backend)(**kwargs)
+    return found
+
+
+@pytest.mark.parametrize("local", [name for name in LOCAL_KINDS.names() if name != NO_LOCAL])
+def test_no_local_kind_has_a_size_read_from_data(local):
+    batch = _batch(SHAPES[0], torch.Generator().manual_seed(4))
+    assert _unbacked_sizes(_model(local, "kmip"), batch) == []
 
 
 def test_the_reference_peptides_model_compiles_once_for_every_batch_shape():

@@ -89,15 +89,15 @@ def _sage(channels: int, dropout: float, residual: bool, node_residual: bool) ->
 
 
 def _gcn(channels: int, dropout: float, residual: bool, node_residual: bool) -> torch.nn.Module:
-    from torch_geometric.nn import GCNConv
+    from kmipgt.nn.self_loops import StaticLoopGCNConv
 
-    return GCNConv(channels, channels)
+    return StaticLoopGCNConv(channels, channels)
 
 
 def _gat(channels: int, dropout: float, residual: bool, node_residual: bool) -> torch.nn.Module:
-    from torch_geometric.nn import GATConv
+    from kmipgt.nn.self_loops import StaticLoopGATConv
 
-    return GATConv(channels, channels, dropout=dropout)
+    return StaticLoopGATConv(channels, channels, dropout=dropout)
 
 
 for _kind in (
@@ -106,7 +106,8 @@ for _kind in (
     # PyG's GINEConv, keeping the edge features unchanged.
     LocalKind("gine", _gine, supports_edge_attr=True),
     LocalKind("sage", _sage),
-    # Symmetric normalisation with self-loops, which on a partition would need the halo nodes' degrees too.
+    # PyG's GCN and GAT, their self-loops added without a data-dependent edge count (so that inductor
+    # compiles them). GCN's symmetric normalisation on a partition would need the halo nodes' degrees too.
     LocalKind("gcn", _gcn, bipartite=False),
     # One head, its attention coefficients dropped out as PyG's GAT model builds it.
     LocalKind("gat", _gat),
