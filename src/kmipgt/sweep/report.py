@@ -33,14 +33,15 @@ def summary_markdown(
     sweep: Sweep, summary: list[dict[str, Any]], metric: str, command: str,
     paired: Sequence[dict[str, Any]] = (), unfinished: Sequence[dict[str, Any]] = (),
 ) -> str:
-    """``summary.md``: a table of mean ± sample std (ddof=1) over the finished cells of each group, the
+    """``summary.md``: a table of mean ± sample std (ddof=1) over the finished cells of each group (with the
+    epochs each of its cells has done), the
     ``paired`` differences (:func:`~kmipgt.sweep.stats.paired_differences`) when there are any, and the
     ``unfinished`` cells' rows (stopped by a time limit), each with the epoch it reached."""
     group_keys = sweep.group_keys()
     replicates = _replicates_text(sweep.axes())
     over = f" (over {replicates})" if replicates else ""
-    header = [*group_keys, "n", f"val {metric}", f"test {metric}", "s/epoch", "peak memory (MiB)", "failed",
-              "unfinished"]
+    header = [*group_keys, "n", f"val {metric}", f"test {metric}", "epochs done", "s/epoch",
+              "peak memory (MiB)", "failed", "unfinished"]
     lines = [
         f"# Sweep {sweep.path.name}",
         "",
@@ -54,7 +55,7 @@ def summary_markdown(
     ]
     for entry in summary:
         cells = [*(str(entry[key]) for key in group_keys), str(entry["n"]), _mean_std(entry, "val", 4),
-                 _mean_std(entry, "test", 4), _mean_std(entry, "seconds_per_epoch", 2),
+                 _mean_std(entry, "test", 4), entry["epochs"], _mean_std(entry, "seconds_per_epoch", 2),
                  _mean_std(entry, "peak_memory_mb", 0), str(entry["failed"]), str(entry["unfinished"])]
         lines.append("| " + " | ".join(cells) + " |")
     lines += _paired_markdown(paired, group_keys, metric, replicates)

@@ -264,8 +264,11 @@ class Trainer:
 
     def restore(self, checkpoint: dict[str, Any]) -> None:
         """Restore weights, optimiser, history and RNG from the content of this run's ``last.pt`` (read with
-        ``keys=RESUME_KEYS``); ValueError if it was saved with a different config."""
+        ``keys=RESUME_KEYS``); ValueError if it was saved with a different config. ``out_dir`` is not
+        compared: the checkpoint is this run's wherever its folder now is (moved, or unpacked on another
+        machine)."""
         changed = config_differences(checkpoint["config"], config_to_dict(self.config))
+        changed = [key for key in changed if key != "out_dir"]
         if changed:
             raise ValueError(
                 f"the config differs from the one saved in {self.run_dir / 'last.pt'} in "
