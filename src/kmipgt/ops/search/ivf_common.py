@@ -33,8 +33,8 @@ __all__ = [
 # Graphs this small are searched exactly: an index would cost more than it saves.
 IVF_MIN_NODES = 1024
 # k-means runs this many Lloyd iterations on at most this many keys per list: a bounded build, since an
-# index is rebuilt on every call. A poorer clustering only costs a larger calibrated nprobe; these were the
-# fastest at recall 0.95 among 4-16 iterations and 32-128 keys per list (docs/search.md, "Defaults").
+# index is rebuilt on every call. A poorer clustering only costs a larger calibrated nprobe (docs/search.md,
+# "How the defaults were chosen").
 KMEANS_ITERATIONS = 4
 TRAIN_POINTS_PER_LIST = 64
 # The recall@k an approximate search calibrates to when the caller sets neither `recall` nor `nprobe`:
@@ -48,7 +48,8 @@ CALIBRATION_QUERIES = 256
 def default_nlist(num_nodes: int) -> int:
     """Lists per index: about ``sqrt(N)``. The centroid work (k-means, assigning keys, choosing probes) grows
     with nlist and the scan of the probed lists with N/nlist; measured on 262,144 clustered keys at recall
-    0.95, ``sqrt(N)`` lists took 0.8x the time of ``2·sqrt(N)`` (docs/search.md, "Defaults")."""
+    0.95, ``sqrt(N)`` lists took 0.77x the time of ``2·sqrt(N)`` (docs/search.md, "How the defaults were
+    chosen")."""
     return max(1, round(math.sqrt(num_nodes)))
 
 
