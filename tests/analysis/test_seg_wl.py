@@ -11,8 +11,9 @@ from torch_geometric.data import Data
 from torch_geometric.utils import from_networkx
 
 from kmipgt.analysis.hops import undirected_adjacency
-from kmipgt.analysis.seg_wl import load_graph, random_walk_returns, seg_wl, shortest_paths
+from kmipgt.analysis.seg_wl import random_walk_returns, seg_wl, shortest_paths
 from kmipgt.cli import main
+from kmipgt.data import load_graph
 from kmipgt.data.positional_encodings import random_walk_se
 from kmipgt.nn import GraphTransformer
 

@@ -1,6 +1,4 @@
 import builtins
-import csv
-import gzip
 import importlib.util
 import io
 import pickle
@@ -13,16 +11,9 @@ from torch_geometric.data import Data, InMemoryDataset
 from torch_geometric.io import fs
 
 from kmipgt.data import lrgb_dataset
+from lrgb_copies import peptide as _peptide
+from lrgb_copies import write_original_peptides as _write_original
 from payloads import PAYLOADS
-
-
-def _peptide(num_nodes, seed):
-    generator = torch.Generator().manual_seed(seed)
-    edge_index = torch.stack([torch.arange(num_nodes - 1), torch.arange(1, num_nodes)])
-    edge_index = torch.cat([edge_index, edge_index.flip(0)], dim=1)
-    return (torch.randint(0, 5, (num_nodes, 9), generator=generator),
-            torch.randint(0, 3, (edge_index.size(1), 3), generator=generator),
-            edge_index, torch.randint(0, 2, (1, 10), generator=generator).float())
 
 
 def _listing(folder):
@@ -73,19 +64,7 @@ def _fake_smiles2graph(smiles):
     n = len(smiles)
     edges = np.array([np.arange(n - 1), np.arange(1, n)])
     return {"num_nodes": n, "node_feat": np.full((n, 9), ord(smiles[0])),
-            "edge_feat": np.zeros((n - 1, 3)), "edge_index": edges}
-
-
-def _write_original(folder):
-    (folder / "raw").mkdir(parents=True)
-    rows = [("CCO", [1] + [0] * 8 + [1]), ("CCCN", [0] * 10), ("OCCCCC", [0, 1] + [0] * 8), ("NC", [1] * 10)]
-    with gzip.open(folder / "raw" / "peptide_multi_class_dataset.csv.gz", "wt", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["smiles", "peptide_seq", "labels", "identifier"])
-        for i, (smiles, labels) in enumerate(rows):
-            writer.writerow([smiles, "SEQ", str(labels), f"id{i}"])
-    with open(folder / "splits_random_stratified_peptide.pickle", "wb") as handle:
-        pickle.dump({"train": np.array([2, 0]), "val": np.array([1]), "test": np.array([3])}, handle)
+            "edge_feat": np.zeros((n - 1, 3), dtype=np.int64), "edge_index": edges}
 
 
 def test_original_csv_layout_with_converter(tmp_path):
@@ -102,7 +81,7 @@ def test_original_csv_layout_with_converter(tmp_path):
 @pytest.mark.skipif(importlib.util.find_spec("ogb") is not None, reason="ogb is installed")
 def test_original_csv_without_ogb_names_what_to_install(tmp_path):
     _write_original(tmp_path / "peptides-functional")
-    with pytest.raises(ImportError, match="pip install ogb rdkit"):
+    with pytest.raises(ImportError, match=r"pip install 'kmipgt\[lrgb\]'"):
         lrgb_dataset(tmp_path, "Peptides-func", verify_md5=False)
 
 
@@ -239,7 +218,7 @@ def test_a_split_pickle_that_would_run_code_is_refused(tmp_path, payload):
     with pytest.raises(ValueError, match=f"^{split} was not loaded: it refers to the global "):
         lrgb_dataset(tmp_path, "Peptides-func", "train", **options)
     assert not marker.exists()
-    assert not list((tmp_path / "kmipgt_cache").rglob("*.pt"))  # nothing converted
+    assert not list((tmp_path / "kmipgt_cache").rglob("*.npz"))  # nothing converted
     with open(split, "wb") as handle:
         pickle.dump({"train": np.array([2.0, 0.0]), "val": [1], "test": (3,)}, handle, protocol=2)
     with pytest.raises(ValueError, match="'train' must hold integer node indices, got float64"):

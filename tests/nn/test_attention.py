@@ -147,3 +147,20 @@ def test_factory_and_argument_errors():
         KMIPAttention(16, heads=4, k=0)
     with pytest.raises(ValueError, match="x must have shape"):
         KMIPAttention(16, heads=4, k=2)(torch.randn(5, 8))
+
+
+@pytest.mark.parametrize("kind", ["kmip", "full"])
+def test_values_without_a_projection_work_under_autocast(kind):
+    """The identity value projection leaves the values in float32 while autocast makes the queries and keys
+    bf16: the attention operators cast them (their autocast policy)."""
+    torch.manual_seed(0)
+    options = {"k": 4} if kind == "kmip" else {}
+    attention = build_global_attention(kind, 16, heads=2, attn_kwargs={"value_projection": False, **options})
+    x, batch = torch.randn(30, 16), torch.tensor([0] * 12 + [1] * 18)
+    expected = attention(x, batch=batch)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = attention(x, batch=batch)
+    assert out.dtype == torch.bfloat16 and bool(torch.isfinite(out).all())
+    if kind == "full":  # k-MIP may select other keys from bf16 projections: tests/ops checks its numbers
+        tolerance = 2**-6 * float(expected.abs().max())
+        torch.testing.assert_close(out.float(), expected, rtol=2**-6, atol=tolerance)

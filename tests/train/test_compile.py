@@ -17,17 +17,24 @@ def _data() -> PreparedData:
 
 
 @pytest.mark.slow
-def test_a_compiled_step_equals_the_eager_step(tmp_path):
-    # GINE without attention compiles on CPU (docs/training.md); one step of one batch of every graph.
-    losses = []
+def test_a_compiled_run_compiles_once_and_trains_as_eager(tmp_path):
+    """Two epochs of GatedGCN + k-MIP on batches of 4 graphs of 3 to 8 nodes (every batch another shape):
+    one graph for training and one for evaluation, and the losses and scores of the eager run."""
+    histories = []
     for compiled in ("false", "true"):
         config = load_config(None, [
-            f"out_dir={tmp_path}", "task.level=graph", "data.batch_size=16", "model.channels=8",
-            "model.num_layers=1", "model.local=gine", "model.attention=none", "device=cpu", "threads=1",
-            f"optim.compile={compiled}",
+            f"out_dir={tmp_path / compiled}", "task.level=graph", "data.batch_size=4", "model.channels=8",
+            "model.num_layers=1", "model.local=gatedgcn", "model.attention=kmip", "model.k=3",
+            "optim.epochs=2", "optim.warmup_epochs=1", "device=cpu", "threads=1", f"optim.compile={compiled}",
         ])
-        losses.append(Trainer(config, _data())._train_epoch())
-    assert losses[1] == pytest.approx(losses[0], rel=1e-5)
+        trainer = Trainer(config, _data())
+        trainer.fit(progress=False)
+        histories.append(trainer.state.history)
+    eager, compiled = histories
+    assert [row["compiled_graphs"] for row in compiled] == [2, 2]
+    for row, expected in zip(compiled, eager, strict=True):
+        for key in ("train_loss", "val", "test"):
+            assert row[key] == pytest.approx(expected[key], rel=1e-4, abs=1e-6)
 
 
 def test_a_failure_to_compile_names_the_option():

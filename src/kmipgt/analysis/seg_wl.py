@@ -21,20 +21,15 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import shortest_path
 from torch_geometric.data import Data
-from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
-from torch_geometric.data.storage import GlobalStorage
 
 from kmipgt.analysis.hops import undirected_adjacency
-from kmipgt.data.graph_checks import check_edge_index
-from kmipgt.safe_load import UnsafeFileError, torch_load_safely
 
-__all__ = ["ENCODINGS", "WLResult", "load_graph", "random_walk_returns", "seg_wl", "shortest_paths"]
+__all__ = ["ENCODINGS", "WLResult", "random_walk_returns", "seg_wl", "shortest_paths"]
 
 ENCODINGS = ("none", "spd", "rwse")
 # Encodings are compared after rounding to this many decimals, so float noise never splits a colour.
@@ -147,23 +142,3 @@ def seg_wl(
 
 def _num_colours(colours: list[np.ndarray]) -> int:
     return len(np.unique(np.concatenate(colours))) if colours else 0
-
-
-def load_graph(path: str | Path) -> Data:
-    """A PyG ``Data`` saved with ``torch.save`` (loaded with ``weights_only``: no pickled code runs)."""
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"no graph file at {path}")
-    try:
-        graph = torch_load_safely(
-            path, path, safe_globals=[Data, DataEdgeAttr, DataTensorAttr, GlobalStorage]
-        )
-    except UnsafeFileError:
-        raise
-    # A file that is no torch.save of a Data fails in the unpickler with whatever error the bytes trigger.
-    except Exception as error:
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise ValueError(f"{path} is not a graph saved with torch.save(Data): {reason}") from None
-    if not isinstance(graph, Data) or graph.get("edge_index") is None:
-        raise ValueError(f"{path} does not hold a PyG Data with an edge_index (got {type(graph).__name__})")
-    graph.edge_index = check_edge_index(graph.edge_index, graph.num_nodes, f"{path}: edge_index")
-    return graph

@@ -1,6 +1,6 @@
 """The ``kmipgt`` command line: parse, call the library, print.
 
-One module per group of commands (:mod:`~kmipgt.cli.train`, ``sweep``, ``configs``, ``data``,
+One module per group of commands (:mod:`~kmipgt.cli.train`, ``export``, ``sweep``, ``configs``, ``data``,
 ``analysis``, ``bench``), each with ``register(commands)``. A command raises its errors and :func:`main`
 prints them, one way for all (a bad command line is argparse's, in the same form). Heavy imports (torch,
 PyG) happen inside the handlers, after the config is read and checked, so a bad key or option is reported
@@ -15,7 +15,7 @@ import os
 import sys
 import traceback
 
-from kmipgt.cli import analysis, bench, configs, data, sweep, train
+from kmipgt.cli import analysis, bench, configs, data, export, sweep, train
 from kmipgt.cli.parser import USAGE_ERROR, Parser, TopHelpFormatter
 from kmipgt.logs import configure_logging
 from kmipgt.malloc import retain_freed_memory
@@ -33,6 +33,8 @@ the largest inner product, found exactly) on PyTorch Geometric data, and measure
   kmipgt train                          the main job: GPS + k-MIP on the embedded Minnesota road network
   kmipgt train --config NAME            another shipped config (kmipgt configs lists them) or a YAML file
   kmipgt eval RUN_DIR                   re-evaluate a trained run
+  kmipgt export RUN_DIR                 the trained model as a torch.export program (.pt2)
+  kmipgt predict RUN_DIR --out FILE     a trained run's predictions, on its data or new data
   kmipgt sweep NAME                     train every cell of a grid of configs and summarise
   kmipgt configs                        the shipped run configs and sweeps, each with what it is
   kmipgt data list                      the datasets, all usable offline
@@ -55,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     verbosity.add_argument("-v", "--verbose", action="store_true", help="also debug lines (one per epoch)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (train, sweep, configs, data, analysis, bench):
+    for group in (train, export, sweep, configs, data, analysis, bench):
         group.register(commands)
     return parser
 

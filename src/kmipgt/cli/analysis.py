@@ -191,7 +191,8 @@ def _analysis_probe(args: argparse.Namespace) -> int:
 
 
 def _analysis_wl(args: argparse.Namespace) -> int:
-    from kmipgt.analysis.seg_wl import load_graph, seg_wl
+    from kmipgt.analysis.seg_wl import seg_wl
+    from kmipgt.data import load_graph
 
     graphs = [load_graph(path) for path in (args.first, args.second)]
     result = seg_wl(graphs, args.encoding, rwse_steps=args.rwse_steps, features=not args.no_features)

@@ -259,6 +259,39 @@ def _add_run_benchmarks(bench: argparse._SubParsersAction) -> None:
     step.set_defaults(handler=_bench_step, config_allocator=True)
 
 
+def _bench_compile(args: argparse.Namespace) -> int:
+    settings = [*args.overrides, f"threads={args.threads}"]
+    if args.device is not None:
+        settings.append(f"device={args.device}")
+    config = load_config(args.config, settings)
+    from kmipgt.train.compile_time import compiled_step_benchmark, markdown_table, write_outputs
+
+    result = compiled_step_benchmark(config, args.steps, args.warmup)
+    result = {"config": args.config, "overrides": args.overrides, **result}
+    print(f"{args.config} on {result['device']}, {result['threads']} thread(s); "
+          f"median of {args.steps} interleaved rounds")
+    print(markdown_table(result))
+    write_outputs(result, args.out)
+    print(f"wrote compile.json, compile.md and compile.png in {args.out}")
+    return 0
+
+
+def _add_compile_benchmark(bench: argparse._SubParsersAction) -> None:
+    compiled = bench.add_parser(
+        "compile", help="a compiled training step of a config against the eager one, interleaved"
+    )
+    compiled.add_argument("--config", required=True, help="run config (path or shipped name)")
+    add_overrides(compiled, "model.attention=none")
+    compiled.add_argument("--steps", type=positive_int, default=10, help="timed rounds (medians reported)")
+    compiled.add_argument("--warmup", type=int, default=2, help="untimed steps of each first (compilation)")
+    compiled.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads")
+    compiled.add_argument("--device", default=None, help="torch device (default: the config's `device`)")
+    compiled.add_argument(
+        "--out", type=Path, default=Path("bench-out/compile"), help="folder of compile.json/.md/.png"
+    )
+    compiled.set_defaults(handler=_bench_compile, config_allocator=True)
+
+
 def register(commands: argparse._SubParsersAction) -> None:
     bench = commands.add_parser("bench", help="benchmarks (JSON + PNG)").add_subparsers(
         dest="benchmark", required=True
@@ -276,3 +309,4 @@ def register(commands: argparse._SubParsersAction) -> None:
     for name, (description, options, handler) in configured.items():
         bench.add_parser(name, help=description, options=options).set_defaults(handler=handler)
     _add_run_benchmarks(bench)
+    _add_compile_benchmark(bench)

@@ -1,4 +1,5 @@
-"""``kmipgt data``: the registered datasets, one loaded and summarised, a synthetic city generated."""
+"""``kmipgt data``: the registered datasets, one loaded and summarised (a graph or a set of graphs), a
+synthetic city generated."""
 
 from __future__ import annotations
 
@@ -27,16 +28,11 @@ def _data_list(args: argparse.Namespace) -> int:
 
 def _data_info(args: argparse.Namespace) -> int:
     from kmipgt.data import get_dataset
-    from kmipgt.data.report import graph_set_summary, graph_summary
+    from kmipgt.data.report import dataset_summary
 
     flags = {"root": args.root, "num_nodes": args.num_nodes, "seed": args.seed}
     options = {**{key: value for key, value in flags.items() if value is not None}, **dict(args.options)}
-    dataset = get_dataset(args.name)
-    if "node" not in dataset.levels:
-        raise ValueError(f"dataset {args.name!r} is a set of graphs; info summarises one graph")
-    data = dataset.load(**options)
-    summary = graph_set_summary(data) if isinstance(data, dict) else graph_summary(data)
-    for key, value in summary.items():
+    for key, value in dataset_summary(get_dataset(args.name), **options).items():
         print(f"{key}: {value}")
     return 0
 
@@ -75,7 +71,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     data.add_parser("list", help="the registered datasets (a config's data.name)").set_defaults(
         handler=_data_list
     )
-    info = data.add_parser("info", help="load a dataset and print its statistics")
+    info = data.add_parser(
+        "info", help="load a dataset (one graph or a set of graphs) and print its statistics and read time"
+    )
     info.add_argument("name", help="a registered dataset (kmipgt data list), e.g. minnesota")
     info.add_argument("--root", type=Path, default=None, help="directory of a local copy (root option)")
     info.add_argument("--num-nodes", type=int, default=None, help="size of a synthetic city")

@@ -15,6 +15,8 @@ from dataclasses import MISSING, fields
 
 # Exit status of a bad command line, option, config or input file; anything else that fails exits 1.
 USAGE_ERROR = 2
+# Batches of each phase that --fast-dev-run checks when given no number.
+FAST_DEV_BATCHES = 2
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

@@ -1,4 +1,5 @@
-"""``kmipgt train`` and ``kmipgt eval``: train a config (or continue a run), evaluate a trained run."""
+"""``kmipgt train``, ``eval`` and ``predict``: train a config (or continue a run, or check it in seconds),
+evaluate a trained run, write its predictions."""
 
 from __future__ import annotations
 
@@ -7,11 +8,23 @@ import json
 import shlex
 from pathlib import Path
 
-from kmipgt.cli.parser import add_checkpoint, add_overrides, add_trust_checkpoint, positive_int
+from kmipgt.cli.parser import (
+    FAST_DEV_BATCHES,
+    add_checkpoint,
+    add_overrides,
+    add_trust_checkpoint,
+    positive_int,
+)
 from kmipgt.cli.runs import load_config, use_run_allocator
+from kmipgt.train.choices import PREDICTED_SPLITS
+
+# Options of a run that writes files, which a fast dev run does not.
+WRITING_OPTIONS = ("resume", "overwrite", "stop_after", "save_tokens", "tensorboard", "trust_checkpoint")
 
 
 def _train(args: argparse.Namespace) -> int:
+    if args.fast_dev_run is not None:
+        return _fast_dev_run(args)
     config = load_config(args.config, [*args.overrides, *(["tensorboard=true"] if args.tensorboard else [])])
     from kmipgt.train import train
 
@@ -33,6 +46,17 @@ def _train(args: argparse.Namespace) -> int:
     elif "epochs_done" in metrics:
         print(f"stopped after epoch {metrics['epochs_done']} of {config.optim.epochs}; continue with: "
               f"{_resume_command(config, args)}")
+    return 0
+
+
+def _fast_dev_run(args: argparse.Namespace) -> int:
+    given = [f"--{name.replace('_', '-')}" for name in WRITING_OPTIONS if getattr(args, name)]
+    if given:
+        raise ValueError(f"--fast-dev-run writes nothing, so it takes no {', '.join(given)}")
+    config = load_config(args.config, args.overrides)
+    from kmipgt.train.fast_dev_run import fast_dev_run
+
+    fast_dev_run(config, args.fast_dev_run)
     return 0
 
 
@@ -73,6 +97,19 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _predict(args: argparse.Namespace) -> int:
+    use_run_allocator(args.run_dir, args.overrides)
+    from kmipgt.train import write_predictions
+
+    rows = write_predictions(
+        args.run_dir, args.out, args.graph, split=args.split, checkpoint=args.checkpoint,
+        overrides=args.overrides, probabilities=args.probabilities, device=args.device,
+        trust_checkpoint=args.trust_checkpoint, progress=not args.no_progress,
+    )
+    print(f"wrote {rows} rows to {args.out}")
+    return 0
+
+
 def register(commands: argparse._SubParsersAction) -> None:
     train = commands.add_parser("train", help="train a graph transformer from a YAML config")
     train.add_argument(
@@ -102,6 +139,16 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     train.add_argument(
+        "--fast-dev-run",
+        type=positive_int,
+        nargs="?",
+        const=FAST_DEV_BATCHES,
+        default=None,
+        metavar="N",
+        help=f"check the config in seconds: N (default {FAST_DEV_BATCHES}) batches of training and of each "
+        "evaluation split, one epoch, printing shapes, loss and time per batch; writes nothing",
+    )
+    train.add_argument(
         "--tensorboard",
         action="store_true",
         help="also write scalars to out_dir/tensorboard (extra: tensorboard)",
@@ -124,3 +171,30 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     add_checkpoint(evaluate)
     evaluate.set_defaults(handler=_eval, config_allocator=True)
+    predict = commands.add_parser(
+        "predict", help="write a trained run's predictions: a row per node, graph or pair (CSV, Parquet, .pt)"
+    )
+    predict.add_argument("run_dir", type=Path, help="run directory written by kmipgt train")
+    predict.add_argument(
+        "--out", type=Path, required=True, metavar="FILE",
+        help="where the rows go; the extension picks the format: .csv, .parquet (extra: parquet) or .pt",
+    )
+    predict.add_argument(
+        "--split", choices=PREDICTED_SPLITS, default="all",
+        help="the nodes, graphs or pairs of one split, or all of them",
+    )
+    predict.add_argument(
+        "--graph", type=Path, default=None, metavar="FILE.pt",
+        help="predict on this graph (a PyG Data saved with torch.save, read weights-only) instead",
+    )
+    add_overrides(predict, "data.options.seed=1 (new data given as a config gives it)")
+    predict.add_argument(
+        "--probabilities", action="store_true",
+        help="also the class probabilities (or each binary target's), a column per class",
+    )
+    predict.add_argument(
+        "--device", default=None, help="where the model runs, e.g. cuda (default: the run's device)"
+    )
+    predict.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_checkpoint(predict)
+    predict.set_defaults(handler=_predict, config_allocator=True)

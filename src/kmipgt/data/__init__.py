@@ -16,12 +16,20 @@ from kmipgt.lazy import lazy_package
 if TYPE_CHECKING:
     from kmipgt.data.city_labels import eccentricity_labels, partition_labels, road_adjacency
     from kmipgt.data.city_networks import CityNetworks, load_city_network
+    from kmipgt.data.graph_file import load_graph
     from kmipgt.data.helsinki import HELSINKI_FEATURES, helsinki
     from kmipgt.data.lrgb import lrgb_dataset, lrgb_splits
     from kmipgt.data.minnesota import MINNESOTA_FEATURES, minnesota
     from kmipgt.data.point_cloud import digits_knn, knn_graph, knn_graph_dataset
     from kmipgt.data.positional_encodings import LaplacianPE, RandomWalkSE
-    from kmipgt.data.registry import DATASETS, Dataset, get_dataset, list_datasets, load_dataset
+    from kmipgt.data.registry import (
+        DATASETS,
+        CategoricalFeatures,
+        Dataset,
+        get_dataset,
+        list_datasets,
+        load_dataset,
+    )
     from kmipgt.data.road_graph import add_city_labels, haversine_metres, road_network_data, symmetric_edges
     from kmipgt.data.splits import index_to_mask, random_split_masks, redraw_split_masks
     from kmipgt.data.synthetic_city import SYNTHETIC_CITY_FEATURES, synthetic_city
@@ -31,6 +39,7 @@ if TYPE_CHECKING:
 
 # Public name -> the submodule that defines it.
 _SOURCES = {
+    "CategoricalFeatures": "registry",
     "CityNetworks": "city_networks",
     "DATASETS": "registry",
     "Dataset": "registry",
@@ -53,6 +62,7 @@ _SOURCES = {
     "list_datasets": "registry",
     "load_city_network": "city_networks",
     "load_dataset": "registry",
+    "load_graph": "graph_file",
     "lrgb_dataset": "lrgb",
     "lrgb_splits": "lrgb",
     "minnesota": "minnesota",
@@ -74,6 +84,7 @@ __all__ = [
     "MINNESOTA_FEATURES",
     "SYNTHETIC_CITY_FEATURES",
     "SYNTHETIC_PART_CATEGORIES",
+    "CategoricalFeatures",
     "CityNetworks",
     "Dataset",
     "LaplacianPE",
@@ -91,6 +102,7 @@ __all__ = [
     "list_datasets",
     "load_city_network",
     "load_dataset",
+    "load_graph",
     "lrgb_dataset",
     "lrgb_splits",
     "minnesota",

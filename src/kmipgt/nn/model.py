@@ -14,7 +14,7 @@ from torch_geometric.nn import global_add_pool, global_mean_pool
 from kmipgt.nn.attention_kinds import ATTENTION_KINDS, NO_ATTENTION
 from kmipgt.nn.choices import ATTENTION_QK, POOLINGS, TASKS
 from kmipgt.nn.encoders import EdgeEncoder, NodeEncoder
-from kmipgt.nn.gps_layer import GPSLayer, build_norm
+from kmipgt.nn.gps_layer import GPSLayer, build_norm, normalise
 from kmipgt.nn.grf_core import share_walk_caches
 from kmipgt.nn.local_kinds import LOCAL_KINDS, NO_LOCAL
 from kmipgt.ops.ragged import RaggedLayout, batch_layout
@@ -193,7 +193,12 @@ class GraphTransformer(_ReadoutModel):
         dropout: dropout in layers and head.
         pooling: graph-level pooling, ``"mean"`` or ``"sum"``.
         head_layers: layers of the output MLP.
-        coord_columns, num_frequencies, lappe_dim, rwse_dim: see :class:`~kmipgt.nn.encoders.NodeEncoder`.
+        coord_columns, num_frequencies, lappe_dim, rwse_dim, pe_channels, rwse_norm: see
+            :class:`~kmipgt.nn.encoders.NodeEncoder`.
+        node_categories, edge_categories: the number of categories of each node / edge feature where the
+            features are category ids (the data's description,
+            :class:`~kmipgt.data.registry.CategoricalFeatures`): they are embedded
+            (:class:`~kmipgt.nn.encoders.CategoricalEncoder`) instead of mapped linearly.
         attention_qk: what the attention's queries and keys are projected from: ``"hidden"`` (the layer
             input, as in GraphGPS) or ``"encoding"`` (the positional encodings of
             :meth:`~kmipgt.nn.encoders.NodeEncoder.encodings`: Fourier features of the coordinates,
@@ -232,6 +237,10 @@ class GraphTransformer(_ReadoutModel):
         num_frequencies: int = 0,
         lappe_dim: int = 0,
         rwse_dim: int = 0,
+        pe_channels: int = 0,
+        rwse_norm: bool = False,
+        node_categories: tuple[int, ...] = (),
+        edge_categories: tuple[int, ...] = (),
         attention_qk: str = "hidden",
         attention_layers: list[int] | tuple[int, ...] | None = None,
         checkpoint: bool = False,
@@ -245,7 +254,8 @@ class GraphTransformer(_ReadoutModel):
         self.attention_qk = attention_qk
         self.checkpoint = checkpoint
         self.node_encoder = NodeEncoder(
-            in_channels, channels, coord_columns, num_frequencies, lappe_dim, rwse_dim
+            in_channels, channels, coord_columns, num_frequencies, lappe_dim, rwse_dim, node_categories,
+            pe_channels, rwse_norm,
         )
         qk_channels = {
             "hidden": None,
@@ -266,7 +276,7 @@ class GraphTransformer(_ReadoutModel):
                 f"attention kind {layer['attention']!r} takes no qk_x: set attention_qk='hidden'"
             )
         edges = layer["local"] != NO_LOCAL and LOCAL_KINDS.lookup(layer["local"]).supports_edge_attr
-        self.edge_encoder = EdgeEncoder(edge_channels, channels) if edges else None
+        self.edge_encoder = EdgeEncoder(edge_channels, channels, edge_categories) if edges else None
         self.layers = torch.nn.ModuleList(
             GPSLayer(**(layer if i in with_attention else {**layer, **_WITHOUT_ATTENTION}))
             for i in range(num_layers)
@@ -320,4 +330,4 @@ class GraphTransformer(_ReadoutModel):
                 )
             else:
                 h, e = layer(h, edge_index, batch=batch, edge_attr=e, qk_x=qk, layout=layout)
-        return h if self.norm_out is None else self.norm_out(h)
+        return h if self.norm_out is None else normalise(self.norm_out, h, batch, layout)

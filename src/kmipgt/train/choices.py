@@ -1,4 +1,5 @@
-"""The names a config's ``task``, ``optim`` and ``model.kind`` choose among, without importing torch.
+"""The names a config's ``task``, ``optim`` and ``model.kind`` (and ``kmipgt predict --split``) choose among,
+without importing torch.
 
 A config is checked against these before torch loads; the modules that act on the names import them from
 here.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from kmipgt.nn.choices import BASELINE_KINDS
 
-__all__ = ["LOSSES", "METRICS", "MODEL_KINDS", "PRECISIONS", "SHAPE_METRICS"]
+__all__ = ["LOSSES", "METRICS", "MODEL_KINDS", "PRECISIONS", "PREDICTED_SPLITS", "SHAPE_METRICS"]
 
 LOSSES = ("cross_entropy", "bce", "l1")
 # Scores over shapes: the mean IoU per shape (instance average) or per category (class average).
@@ -18,3 +19,5 @@ METRICS = ("accuracy", "macro_f1", "miou", "ap", "roc_auc", "mae", *SHAPE_METRIC
 PRECISIONS = ("fp32", "bf16")
 # ``model.kind``: the GPS graph transformer or one of the PyG baselines.
 MODEL_KINDS = ("gps", *BASELINE_KINDS)
+# What predictions are made for: every node, graph or pair of the data, or those of one split.
+PREDICTED_SPLITS = ("all", "train", "val", "test")

@@ -107,6 +107,8 @@ class ModelConfig:
     head_layers: int = 2
     coord_columns: list[int] = field(default_factory=list)
     num_frequencies: int = 0
+    pe_channels: int = 0
+    rwse_norm: bool = False
     attention_options: dict[str, Any] = field(default_factory=dict)
     attention_qk: str = "hidden"
     attention_gate: bool = False
@@ -115,6 +117,7 @@ class ModelConfig:
     attention_order: str = "parallel"
     norm_position: str = "post"
     branch_residual: bool = True
+    local_residual: bool = True
     ffn: bool = True
     checkpoint: bool = False
     residual: bool = False
@@ -142,9 +145,9 @@ class OptimConfig:
 
     ``precision``: ``fp32``, or ``bf16`` (the forward pass under bfloat16 autocast on CPU or GPU, with fp32
     weights, optimiser state and loss: about half the activation memory).
-    ``compile``: run the model through ``torch.compile`` (dynamic shapes, one process only). On CPU it
-    does not help: GatedGCN fails to compile and the models that compile run slower (docs/training.md);
-    it is there for GPUs, where small-graph batches are bound by kernel launches.
+    ``compile``: run the model through ``torch.compile`` (dynamic shapes, no graph break, one process only):
+    one graph for training and one for evaluation whatever the batch shapes (docs/training.md, "Compile
+    and export").
     """
 
     lr: float = 1e-3

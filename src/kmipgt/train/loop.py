@@ -31,6 +31,7 @@ from kmipgt.malloc import effective_allocator, release_free_memory
 from kmipgt.nn import KMIPCore
 from kmipgt.train.branches import BranchMonitor, plot_branches
 from kmipgt.train.checkpoint import RESUME_KEYS, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from kmipgt.train.compiled import CompiledModel
 from kmipgt.train.config import Config, config_differences, config_to_dict
 from kmipgt.train.datasets import PreparedData, prepare_data
 from kmipgt.train.losses import compute_loss
@@ -66,7 +67,9 @@ def _search_recall(model: torch.nn.Module) -> float | None:
 def _epoch_line(row: dict[str, Any], epochs: int) -> str:
     """The ``--verbose`` log line of one epoch's ``log.csv`` row."""
     scores = "" if row["val"] is None else f"  val {row['val']:.4f}  test {row['test']:.4f}"
-    return f"epoch {row['epoch']}/{epochs}: loss {row['train_loss']:.4f}{scores}  ({row['seconds']:.1f} s)"
+    compiled = f", {row['compiled_graphs']} compiled graphs" if "compiled_graphs" in row else ""
+    line = f"epoch {row['epoch']}/{epochs}: loss {row['train_loss']:.4f}{scores}"
+    return f"{line}  ({row['seconds']:.1f} s{compiled})"
 
 
 @dataclass
@@ -109,14 +112,13 @@ class Trainer:
         self.data = data if data is not None else prepare_data(config)
         seed_everything(config.seed)
         self.model = build_model(config, self.data).to(self.device)
-        if config.optim.compile:
-            self.model.compile(dynamic=True)
-        # What training steps through: the model, its DDP wrapper that averages gradients over ranks, or
-        # the model on this rank's share of a partitioned graph.
-        self.network: torch.nn.Module = self.model
+        self.compiled = CompiledModel(self.model) if config.optim.compile else None
+        # What training steps through: the model (compiled with optim.compile), its DDP wrapper that
+        # averages gradients over ranks, or the model on this rank's share of a partitioned graph.
+        self.network: torch.nn.Module = self.model if self.compiled is None else self.compiled
         # What evaluation runs: the model itself, except on a partitioned graph (DDP's wrapper would
         # synchronise buffers in every forward, while its ranks evaluate different numbers of batches).
-        self.evaluated: torch.nn.Module = self.model
+        self.evaluated: torch.nn.Module = self.network
         self.loader_generator = torch.Generator().manual_seed(config.seed)
         self.shard = None  # this rank's share of the graph under strategy graph
         if strategy == "ddp":
@@ -348,6 +350,8 @@ class Trainer:
                 if self.writes_files:
                     save_checkpoint(self.run_dir / "best.pt", model=self.model.state_dict(), epoch=epoch + 1)
             bar.set_postfix(loss=f"{loss:.3f}", val=f"{scores['val']:.3f}", test=f"{scores['test']:.3f}")
+        if self.compiled is not None:
+            row["compiled_graphs"] = self.compiled.graphs
         row["seconds"] = time.perf_counter() - start
         return row
 
@@ -384,6 +388,8 @@ class Trainer:
             "peak_memory_mb": peak_memory_mb(self.device),
             "complete": True,
         }
+        if self.compiled is not None:
+            metrics["compiled_graphs"] = self.compiled.graphs
         if reported is not None:
             metrics["report"] = reported
         if self.ranks is not None:

@@ -10,6 +10,8 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from kmipgt.distributed.collect import run_on_main
 from kmipgt.distributed.launch import Ranks, process_group
 from kmipgt.train.checkpoint import RESUME_KEYS, load_checkpoint
@@ -82,6 +84,27 @@ def _process_group(config: Config) -> contextlib.AbstractContextManager[Ranks | 
     return process_group(resolve_device(config.device).type)
 
 
+def read_run(
+    run_dir: str | Path,
+    checkpoint: str = "best",
+    overrides: list[str] | tuple[str, ...] = (),
+    trust_checkpoint: bool = False,
+) -> tuple[Config, dict[str, torch.Tensor]]:
+    """A run's saved ``config.yaml`` (with ``overrides`` applied) and the model weights of its ``best.pt`` or
+    ``last.pt``, read before any data: a wrong directory fails fast (FileNotFoundError); the checkpoint as
+    for :func:`load_run`."""
+    if checkpoint not in ("best", "last"):
+        raise ValueError(f"checkpoint must be 'best' or 'last', got {checkpoint!r}")
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        raise FileNotFoundError(f"no config.yaml in {run_dir} (not a run directory written by kmipgt train)")
+    path = run_dir / f"{checkpoint}.pt"
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    config = load_config(run_dir / "config.yaml", overrides)
+    return config, load_checkpoint(path, trust=trust_checkpoint)["model"]
+
+
 def load_run(
     run_dir: str | Path,
     checkpoint: str = "best",
@@ -97,16 +120,7 @@ def load_run(
     arrays (its RNG states): ``trust_checkpoint`` reads NumPy arrays of numbers too, still nothing else
     (:func:`~kmipgt.train.checkpoint.load_checkpoint`).
     """
-    if checkpoint not in ("best", "last"):
-        raise ValueError(f"checkpoint must be 'best' or 'last', got {checkpoint!r}")
-    run_dir = Path(run_dir)
-    if not (run_dir / "config.yaml").is_file():
-        raise FileNotFoundError(f"no config.yaml in {run_dir} (not a run directory written by kmipgt train)")
-    path = run_dir / f"{checkpoint}.pt"
-    if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint at {path}")
-    config = load_config(run_dir / "config.yaml", overrides)
-    weights = load_checkpoint(path, trust=trust_checkpoint)["model"]
+    config, weights = read_run(run_dir, checkpoint, overrides, trust_checkpoint)
     trainer = Trainer(config)
     trainer.model.load_state_dict(weights)
     return trainer

@@ -38,11 +38,11 @@ from kmipgt.train.stand_in import stand_in_data
 from kmipgt.train.task import Step, Task
 from kmipgt.train.validation import validate_config
 
-__all__ = ["PARTS", "markdown_table", "step_breakdown", "timed_modules"]
+__all__ = ["PARTS", "STAND_IN_BATCHES", "endless_steps", "markdown_table", "step_breakdown", "timed_modules"]
 
 PARTS = ("data", "attention", "mpnn", "rest")
 # Mini-batches in the stand-in training split of a graph-level config (its epochs repeat).
-_STAND_IN_BATCHES = 2
+STAND_IN_BATCHES = 2
 
 
 class _Timeline:
@@ -115,7 +115,8 @@ def _hook(timeline: _Timeline, modules: list[tuple[str, torch.nn.Module]]) -> li
     return handles
 
 
-def _endless_steps(task: Task, device: torch.device) -> Iterator[Step]:
+def endless_steps(task: Task, device: torch.device) -> Iterator[Step]:
+    """``task``'s training steps, epoch after epoch, without end."""
     # Each epoch's steps are made inside next(), so a node-level graph's copy counts as data too.
     while True:
         yield from task.train_steps(device)
@@ -143,14 +144,14 @@ def step_breakdown(config: Config, steps: int = 5, warmup: int = 1) -> dict[str,
     if config.distributed.strategy != "none":
         raise ValueError(f"bench step times one process (distributed.strategy none), got "
                          f"{config.distributed.strategy!r}")
-    raw = stand_in_data(config, _STAND_IN_BATCHES * config.data.batch_size)
+    raw = stand_in_data(config, STAND_IN_BATCHES * config.data.batch_size)
     trainer = Trainer(config, data=prepare_data(config, raw=raw))
     trainer.model.train()
     timeline = _Timeline(trainer.device)
     # Hooks inside a compiled model would split its graph where they fire: time it whole instead.
     modules_timed = not config.optim.compile
     handles = _hook(timeline, timed_modules(trainer.model)) if modules_timed else []
-    batches = _endless_steps(trainer.task, trainer.device)
+    batches = endless_steps(trainer.task, trainer.device)
     per_step, batch = [], None
     try:
         for number in range(warmup + steps):

@@ -45,28 +45,34 @@ __all__ = [
     "batch_to_device",
     "forward",
     "make_task",
+    "model_inputs",
     "with_fresh_negatives",
 ]
 
-def forward(model: torch.nn.Module, batch: Data) -> torch.Tensor:
-    """``model``'s output on a graph, mini-batch or link split, passing the inputs it carries.
+def model_inputs(batch: Data) -> dict[str, torch.Tensor | None]:
+    """The keyword inputs of a model's forward that a graph, mini-batch or link split carries.
 
     The mini-batch vector and its graph offsets (graph level; the host copy of :func:`batch_to_device`
     where there is one) and the scored pairs (edge level) are read where present, so one call serves every
     level and the saved-token dump alike.
     """
     graphs = getattr(batch, "batch", None)
-    return model(
-        batch.x,
-        batch.edge_index,
-        batch=graphs,
-        edge_attr=batch.edge_attr,
-        lappe=getattr(batch, "lappe", None),
-        rwse=getattr(batch, "rwse", None),
-        edge_label_index=getattr(batch, "edge_label_index", None),
-        ptr=None if graphs is None else getattr(batch, HOST_PTR, getattr(batch, "ptr", None)),
-    )
+    return {
+        "x": batch.x,
+        "edge_index": batch.edge_index,
+        "batch": graphs,
+        "edge_attr": batch.edge_attr,
+        "lappe": getattr(batch, "lappe", None),
+        "rwse": getattr(batch, "rwse", None),
+        "edge_label_index": getattr(batch, "edge_label_index", None),
+        "ptr": None if graphs is None else getattr(batch, HOST_PTR, getattr(batch, "ptr", None)),
+    }
 
+
+def forward(model: torch.nn.Module, batch: Data) -> torch.Tensor:
+    """``model``'s output on a graph, mini-batch or link split, passing the inputs it carries
+    (:func:`model_inputs`)."""
+    return model(**model_inputs(batch))
 
 
 def batch_to_device(batch: Data, device: torch.device) -> Data:

@@ -87,7 +87,7 @@ def _check_model(config: Config) -> None:
     _one_of("model.attention_qk", m.attention_qk, ATTENTION_QK)
     for key in ("channels", "heads", "k", "head_layers"):
         _at_least(f"model.{key}", getattr(m, key), 1)
-    for key in ("num_layers", "num_frequencies"):
+    for key in ("num_layers", "num_frequencies", "pe_channels"):
         _at_least(f"model.{key}", getattr(m, key), 0)
     _at_least("model.head_dim", m.head_dim, 1, optional=True)
     _fraction("model.dropout", m.dropout, closed=False)
@@ -139,6 +139,9 @@ def _check_graph_strategy(config: Config) -> None:
     _one_of("model.attention (with distributed.strategy 'graph')", m.attention, partitioned_attention_kinds())
     if config.log_branches:
         raise ValueError("config key 'log_branches' is not supported with distributed.strategy 'graph' yet")
+    if m.norm == "graph":
+        raise ValueError("model.norm 'graph' normalises each graph as a whole, which distributed.strategy "
+                         "'graph' splits across the ranks; use 'layer' or 'batch'")
 
 
 def _check_distributed(config: Config) -> None:

@@ -1,0 +1,72 @@
+"""``optim.compile``: the model through ``torch.compile`` once per run, every batch shape on its graphs."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+import torch.fx.experimental._config as fx_config
+from torch._dynamo.utils import counters
+
+from kmipgt.nn.attention import ProjectedAttention
+
+_BATCH_NORM_OPS = ("_native_batch_norm_legit_functional", "native_batch_norm_backward",
+                   "_native_batch_norm_legit", "_native_batch_norm_legit_no_training")
+
+
+@functools.cache
+def _aten_batch_norm() -> None:
+    """Keep aten's BatchNorm kernels in inductor's graphs instead of its generated ones.
+
+    On the CPU inductor computes a BatchNorm's batch statistics over ``[N, C]`` rows column block by column
+    block: about 40 ms per call on a Peptides-func batch where aten's kernel takes 3, enough to make the
+    compiled GatedGCN step slower than the eager one (docs/benchmarks.md, "Compiled training step"). With
+    aten's kernels it is faster. Inductor's own tables are private: this is the one place that edits them.
+    """
+    from torch._inductor import decomposition, lowering
+
+    for name in _BATCH_NORM_OPS:
+        op = getattr(torch.ops.aten, name).default
+        decomposition.decompositions.pop(op, None)
+        lowering.make_fallback(op, override_decomp=True)
+
+__all__ = ["CompiledModel"]
+
+
+def _traceable(model: torch.nn.Module) -> bool:
+    """Whether every attention kind of ``model`` compiles whole (``AttentionKind.compiles``)."""
+    return all(m.kind.compiles for m in model.modules() if isinstance(m, ProjectedAttention))
+
+
+class CompiledModel(torch.nn.Module):
+    """``model`` compiled with dynamic shapes and no graph break (``fullgraph=True``): the numbers of nodes,
+    edges and graphs of a batch are symbolic, so a run's batches of every shape reuse one graph per mode
+    (training, evaluation). The model's own parameters are trained and saved; this module only calls it.
+    A kind that does not compile (GRF: ``AttentionKind.compiles``) runs eagerly between compiled graphs.
+
+    On the CPU the model's BatchNorms run aten's kernels inside the compiled graphs (inductor's are slower
+    there). Sizes that happen to be equal in the first batch (the graph count plus one and a feature width,
+    say) would be traced as one symbol and compiled again once they differ: TorchDynamo's duck shaping is
+    off while the model is called.
+
+    Args:
+        model: a kmipgt model (its forward takes ``ptr``, as every kmipgt model's does).
+        backend: the ``torch.compile`` backend (default: inductor).
+    """
+
+    def __init__(self, model: torch.nn.Module, backend: str = "inductor"):
+        super().__init__()
+        if backend == "inductor" and all(p.device.type == "cpu" for p in model.parameters()):
+            _aten_batch_norm()
+        self.compiled = torch.compile(model, dynamic=True, fullgraph=_traceable(model), backend=backend)
+        self._graphs_before = counters["stats"]["unique_graphs"]
+
+    @property
+    def graphs(self) -> int:
+        """The graphs TorchDynamo has compiled since this module was built (those of this model, in a run)."""
+        return counters["stats"]["unique_graphs"] - self._graphs_before
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        with fx_config.patch(use_duck_shape=False):
+            return self.compiled(*args, **kwargs)
