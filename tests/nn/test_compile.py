@@ -222,3 +222,16 @@ def test_the_reference_peptides_model_compiles_once_for_every_batch_shape():
     results, graphs = compiled_runs(model, inputs)
     _assert_equal_to_eager(results)
     assert graphs == 1
+
+
+@pytest.mark.parametrize(("local", "attention"), [("gatedgcn", "kmip"), ("gine", "full")])
+def test_an_activation_checkpointed_model_compiles_once_for_every_batch_shape(local, attention):
+    generator = torch.Generator().manual_seed(6)
+    torch.manual_seed(0)
+    model = GraphTransformer(
+        IN_CHANNELS, 16, 3, num_layers=2, task="graph", edge_channels=EDGE_CHANNELS, local=local,
+        attention=attention, heads=2, rwse_dim=RWSE, checkpoint=True, **_attention_options(attention),
+    )
+    results, graphs = compiled_runs(model, [_batch(sizes, generator) for sizes in SHAPES])
+    _assert_equal_to_eager(results)
+    assert graphs == 1
