@@ -216,3 +216,38 @@ def test_padding_is_off_by_default():
     assert load_config(None, []).data.pad_to == {}
     inputs = model_inputs(Batch.from_data_list(_molecules(2)))
     assert "node_mask" not in inputs and "edge_mask" not in inputs
+
+
+def test_a_compiled_model_sees_one_shape_for_every_padded_batch():
+    """Padded batches of other raw sizes (and graph counts): one static graph, compiled once, no recompile
+    (``error_on_recompile``), outputs and gradients of the eager model."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    from kmipgt.train.compiled import CompiledModel
+
+    graphs = _molecules(15, seed=3)
+    model = _model("batch").float()
+    batches = []
+    for start, stop in ((0, 7), (7, 13), (13, 15)):
+        padded = pad_batch(Batch.from_data_list(graphs[start:stop]), BUDGET)
+        padded.rwse, padded.y = padded.rwse.float(), padded.y.float()
+        batches.append(padded)
+    assert len({(b.num_nodes, b.edge_index.shape[1], getattr(b, REAL_GRAPHS)) for b in batches}) == 3
+    torch._dynamo.reset()
+    before = counters["stats"]["unique_graphs"]
+    compiled = CompiledModel(model, backend="aot_eager", dynamic=False)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for batch in batches:
+            results = []
+            for run in (compiled, model):
+                model.zero_grad()
+                out = run(**_inputs(batch))[: getattr(batch, REAL_GRAPHS)]
+                F.binary_cross_entropy_with_logits(out, batch.y).backward()
+                grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+                results.append((out.detach(), grads))
+            (out, grads), (expected, expected_grads) = results
+            torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
+            for grad, expected_grad in zip(grads, expected_grads, strict=True):
+                torch.testing.assert_close(grad, expected_grad, rtol=1e-3, atol=1e-5)
+    assert counters["stats"]["unique_graphs"] - before == compiled.graphs == 1
