@@ -194,8 +194,12 @@ class BaselineModel(_ReadoutModel):
         """Node embeddings ``[N, channels]`` after the PyG model.
 
         ``edge_attr`` and ``layout`` are accepted for the signature of :class:`~kmipgt.nn.GraphTransformer`
-        and not used.
+        and not used; a padded batch (``layout.node_mask``) is a ValueError: PyG's norms would pool its
+        padding rows.
         """
+        if layout is not None and layout.node_mask is not None:
+            raise ValueError(f"the {self.kind!r} baseline takes no padded batch (node_mask): padding is for "
+                             "GPS models (model.kind: gps)")
         assert_node_pairs("edge_index", edge_index, x.shape[0])
         h = self.node_encoder(x, lappe=lappe, rwse=rwse)
         if self.kind == "mlp":

@@ -6,6 +6,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from kmipgt.nn.padding import masked_batch_norm
+
 
 class FourierFeatures(torch.nn.Module):
     r"""Sin/cos features of coordinates at octave-spaced frequencies (City-Networks node encoder).
@@ -187,9 +189,13 @@ class NodeEncoder(torch.nn.Module):
             raise ValueError("this encoder was built with LapPE/RWSE but got no lappe/rwse tensor")
         return torch.cat(parts, dim=-1)
 
-    def forward(self, x: Tensor, lappe: Tensor | None = None, rwse: Tensor | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, lappe: Tensor | None = None, rwse: Tensor | None = None,
+        node_mask: Tensor | None = None,
+    ) -> Tensor:
         """``x [N, F_in]`` (numbers, or integer category ids), ``lappe [N, L]``, ``rwse [N, R]`` ->
-        ``[N, channels]``."""
+        ``[N, channels]``. ``node_mask [N]`` (bool, True: real): in a padded batch, the rows whose RWSE
+        BatchNorm statistics count (None: every row)."""
         h = self.lin_x(x) if self.embed_x is None else self.embed_x(x)
         if self.fourier is not None:
             h = h + self.lin_fourier(self.fourier(x[:, self.coord_columns]))
@@ -205,7 +211,7 @@ class NodeEncoder(torch.nn.Module):
             if rwse is None:
                 raise ValueError("this encoder was built with rwse_dim > 0 but got no rwse tensor")
             if self.norm_rwse is not None:
-                rwse = self.norm_rwse(rwse)
+                rwse = masked_batch_norm(self.norm_rwse, rwse, node_mask)
             encoded = _plus(encoded, self.lin_rwse(rwse))
         if encoded is None:
             return h

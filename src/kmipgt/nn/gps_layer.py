@@ -26,6 +26,7 @@ from torch_geometric.nn.norm import LayerNorm as GraphLayerNorm
 from kmipgt.nn.attention import build_global_attention
 from kmipgt.nn.choices import ACTIVATIONS, NORM_KINDS
 from kmipgt.nn.local_kinds import LOCAL_KINDS, NO_LOCAL, build_local_mpnn
+from kmipgt.nn.padding import masked_batch_norm
 from kmipgt.ops.ragged import RaggedLayout
 
 
@@ -44,9 +45,12 @@ def build_norm(kind: str, channels: int) -> torch.nn.Module:
 
 def normalise(norm: torch.nn.Module, h: Tensor, batch: Tensor | None, layout: RaggedLayout | None) -> Tensor:
     """``norm`` of :func:`build_norm` on ``h [N, C]``: a per-graph norm over each graph of ``batch`` (the
-    graph count from ``layout``, which PyG would read back from the device), the others node by node."""
+    graph count from ``layout``, which PyG would read back from the device), the others node by node; a
+    BatchNorm's statistics are those of the real nodes of a padded batch (``layout.node_mask``)."""
     if isinstance(norm, GraphLayerNorm):
         return norm(h, batch, None if layout is None or batch is None else layout.num_graphs)
+    if isinstance(norm, torch.nn.BatchNorm1d) and layout is not None:
+        return masked_batch_norm(norm, h, layout.node_mask)
     return norm(h)
 
 
@@ -76,7 +80,7 @@ class PostNorm:
         layer: GPSLayer, x: Tensor, edge_index: Tensor, edge_attr: Tensor, batch: Tensor | None,
         layout: RaggedLayout | None,
     ) -> tuple[Tensor, Tensor]:
-        h, edge_attr = layer.local_update(x, edge_index, edge_attr)
+        h, edge_attr = layer.local_update(x, edge_index, edge_attr, layout)
         if layer.branch_residual and layer.local_residual and not layer.local_spec.own_residual:
             h = x + h
         return normalise(layer.norm_local, h, batch, layout), edge_attr
@@ -128,7 +132,9 @@ class PreNorm:
         layer: GPSLayer, x: Tensor, edge_index: Tensor, edge_attr: Tensor, batch: Tensor | None,
         layout: RaggedLayout | None,
     ) -> tuple[Tensor, Tensor]:
-        h, edges = layer.local_update(normalise(layer.norm_local, x, batch, layout), edge_index, edge_attr)
+        h, edges = layer.local_update(
+            normalise(layer.norm_local, x, batch, layout), edge_index, edge_attr, layout
+        )
         if layer.local_spec.own_residual:  # built without its residual: edges is its update
             edges = edge_attr + edges
         return h, edges
@@ -329,10 +335,17 @@ class GPSLayer(torch.nn.Module):
         if self.attention_gate is not None:
             torch.nn.init.zeros_(self.attention_gate)
 
-    def local_update(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor) -> tuple[Tensor, Tensor]:
+    def local_update(
+        self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, layout: RaggedLayout | None = None
+    ) -> tuple[Tensor, Tensor]:
         """The local MPNN on ``x``: an own-residual kind's nodes and edges as it returns them, another
-        kind's nodes dropped out and the edges unchanged."""
+        kind's nodes dropped out and the edges unchanged. An own-residual kind (GatedGCN, whose BatchNorms
+        pool over rows) gets the real rows of a padded batch from ``layout``."""
         if self.local_spec.own_residual:
+            if layout is not None and (layout.node_mask is not None or layout.edge_mask is not None):
+                return self.local(
+                    x, edge_index, edge_attr, node_mask=layout.node_mask, edge_mask=layout.edge_mask
+                )
             return self.local(x, edge_index, edge_attr)
         args = (edge_attr,) if self.local_spec.supports_edge_attr else ()
         return self._branch_dropout(self.local(x, edge_index, *args)), edge_attr

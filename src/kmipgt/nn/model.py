@@ -158,7 +158,7 @@ class _ReadoutModel(torch.nn.Module):
     def forward(
         self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None, edge_attr: Tensor | None = None,
         lappe: Tensor | None = None, rwse: Tensor | None = None, edge_label_index: Tensor | None = None,
-        ptr: Tensor | None = None,
+        ptr: Tensor | None = None, node_mask: Tensor | None = None, edge_mask: Tensor | None = None,
     ) -> Tensor:
         """Predictions: ``[N, out]`` (node), ``[G, out]`` (graph) or ``[E', out]`` (edge).
 
@@ -166,8 +166,16 @@ class _ReadoutModel(torch.nn.Module):
         loader makes them: the attention and the pooling then read the batch's graphs without waiting for
         the device, and a compiled or exported model needs it for a ``batch`` of several graphs. Without it
         the graphs are read back from ``batch``.
+
+        ``node_mask [N]`` / ``edge_mask [E]`` (bool, True: real): a batch packed to a fixed size
+        (:mod:`kmipgt.train.padding`), its padding nodes in graphs of their own after the real ones; the
+        BatchNorms then take their statistics over the real rows, so the real graphs' predictions (and
+        the gradients through them) are those of the unpadded batch. The padding graphs' rows of the
+        output are not to be read.
         """
-        layout = batch_layout(x.shape[0], x.device, ptr=ptr, batch=batch)
+        layout = batch_layout(
+            x.shape[0], x.device, ptr=ptr, batch=batch, node_mask=node_mask, edge_mask=edge_mask
+        )
         h = self.embed(x, edge_index, batch, edge_attr=edge_attr, lappe=lappe, rwse=rwse, layout=layout)
         return self.head(readout(h, self.task, self.pooling, batch, edge_label_index, layout))
 
@@ -316,7 +324,8 @@ class GraphTransformer(_ReadoutModel):
         every layer.
         """
         assert_node_pairs("edge_index", edge_index, num_source_nodes or x.shape[0])
-        h = self.node_encoder(x, lappe=lappe, rwse=rwse)
+        node_mask = None if layout is None else layout.node_mask
+        h = self.node_encoder(x, lappe=lappe, rwse=rwse, node_mask=node_mask)
         e = self.edge_encoder(edge_attr, edge_index.size(1)) if self.edge_encoder is not None else None
         qk = None
         if self.attention_qk != "hidden":

@@ -112,7 +112,9 @@ class Trainer:
         self.data = data if data is not None else prepare_data(config)
         seed_everything(config.seed)
         self.model = build_model(config, self.data).to(self.device)
-        self.compiled = CompiledModel(self.model) if config.optim.compile else None
+        # Padded batches (data.pad_to) all have one shape: compiled for it, with no symbolic size.
+        static = bool(config.data.pad_to)
+        self.compiled = CompiledModel(self.model, dynamic=not static) if config.optim.compile else None
         # What training steps through: the model (compiled with optim.compile), its DDP wrapper that
         # averages gradients over ranks, or the model on this rank's share of a partitioned graph.
         self.network: torch.nn.Module = self.model if self.compiled is None else self.compiled

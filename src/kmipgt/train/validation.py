@@ -35,6 +35,7 @@ from kmipgt.nn.choices import (
 from kmipgt.nn.local_kinds import LOCAL_KINDS
 from kmipgt.train.choices import LOSSES, METRICS, MODEL_KINDS, PRECISIONS
 from kmipgt.train.config import Config
+from kmipgt.train.pad_budget import PadBudget
 from kmipgt.train.tensorboard import require_tensorboard
 
 __all__ = ["validate_config"]
@@ -159,6 +160,20 @@ def _check_distributed(config: Config) -> None:
         raise ValueError(f"config key 'optim.compile' needs distributed.strategy 'none', got {strategy!r}")
     if config.data.on_device and config.task.level != "graph":
         raise ValueError(f"config key 'data.on_device' needs task.level 'graph', got {config.task.level!r}")
+    if config.data.pad_to:
+        _check_padding(config)
+
+
+def _check_padding(config: Config) -> None:
+    """``data.pad_to``: its three sizes, on graph-level GPS runs in one process."""
+    PadBudget.from_config(config.data.pad_to)
+    if config.task.level != "graph":
+        raise ValueError(f"config key 'data.pad_to' needs task.level 'graph', got {config.task.level!r}")
+    if config.model.kind != "gps":
+        raise ValueError(f"config key 'data.pad_to' needs model.kind 'gps', got {config.model.kind!r}")
+    if config.distributed.strategy != "none":
+        raise ValueError(f"config key 'data.pad_to' needs distributed.strategy 'none', got "
+                         f"{config.distributed.strategy!r}")
 
 
 def validate_config(config: Config) -> None:
