@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint gpu-bundle gpu-check
+.PHONY: setup demo test lint gpu-bundle gpu-site gpu-check lrgb-table
 
 # torch==2.13.0 first: it is the CPU wheel on disk; a looser request would pull a multi-GB CUDA build.
 $(STAMP): pyproject.toml
@@ -39,14 +39,43 @@ gpu-bundle:
 	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 		$(WHEEL_PLATFORMS) -d .whl $(GPU_WHEELS)
 
-# On a CUDA machine that reaches no registry: the carried wheels installed offline, then every GPU
-# measurement (kmipgt.bench.gpu_check), each with its own time limit, within 10 minutes; JSON under
-# bench-out/gpu, one summary line per target last. PEPTIDES_ROOT=<local LRGB copy> adds two real
-# Peptides-func epochs of the shipped recipe and of its `attention: none` ablation.
-gpu-check:
+# On a CUDA machine that reaches no registry: the carried wheels installed offline into GPU_SITE, which
+# the GPU targets below put on PYTHONPATH.
+gpu-site:
 	@if ls .whl/*.whl >/dev/null 2>&1; then \
 		$(GPU_PYTHON) -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
 			--target $(GPU_SITE) .whl/*.whl; \
 	else echo "no wheels in .whl/: run make gpu-bundle where a registry is reachable, and carry .whl"; fi
+
+# Every GPU measurement (kmipgt.bench.gpu_check), each with its own time limit, within 10 minutes; JSON
+# under bench-out/gpu, one summary line per target last. PEPTIDES_ROOT=<local LRGB copy> adds two real
+# Peptides-func epochs of the shipped recipe and of its `attention: none` ablation.
+gpu-check: gpu-site
 	PYTHONPATH=src:$(GPU_SITE) $(GPU_PYTHON) -m kmipgt.bench.gpu_check --out bench-out/gpu \
 		$(if $(PEPTIDES_ROOT),--peptides-root $(PEPTIDES_ROOT))
+
+# The k-MIP paper's Peptides-func table (sweeps/lrgb_peptides_table) on a CUDA machine, as gpu-check runs.
+# PEPTIDES_ROOT: the folder holding peptides-functional/, the same path every time (the runs keep it in
+# their configs). The CSV is converted once on every core; then the cells train JOBS at a time (auto: as
+# many as the GPU's memory holds, one per core at most; each one CPU thread, so that the cells' host work
+# does not contend for the cores) and stop at an epoch boundary within TIME_LIMIT seconds, which leaves a
+# 10-minute command about a minute for the rest. LRGB_OUT gets summary.md (printed last), results.csv and
+# runs.tar.gz (parts runs.tar.gz.000, ... above 15 MiB); RESUME=<that archive, brought to the next
+# machine> continues its cells there. SWEEP_SET: more overrides for every cell (KEY=VALUE ...).
+TIME_LIMIT ?= 540
+JOBS ?= auto
+LRGB_OUT ?= bench-out/lrgb
+LRGB_RUNS := runs/sweeps/lrgb_peptides_table
+
+lrgb-table: gpu-site
+	@test -n "$(PEPTIDES_ROOT)" || { echo "PEPTIDES_ROOT=<folder holding peptides-functional/> is needed"; \
+		exit 2; }
+	PYTHONPATH=src:$(GPU_SITE) $(GPU_PYTHON) -m kmipgt data info lrgb --root $(PEPTIDES_ROOT) \
+		--set name=Peptides-func
+	mkdir -p $(LRGB_OUT)
+	PYTHONPATH=src:$(GPU_SITE) $(GPU_PYTHON) -m kmipgt sweep sweeps/lrgb_peptides_table --out $(LRGB_RUNS) \
+		--set data.options.root=$(PEPTIDES_ROOT) --set threads=1 $(foreach s,$(SWEEP_SET),--set $(s)) \
+		--jobs $(JOBS) \
+		--time-limit $(TIME_LIMIT) $(if $(RESUME),--unpack $(RESUME)) --pack $(LRGB_OUT)/runs.tar.gz; \
+	status=$$?; cp $(LRGB_RUNS)/summary.md $(LRGB_RUNS)/results.csv $(LRGB_OUT)/ && \
+		cat $(LRGB_OUT)/summary.md; exit $$status

@@ -9,15 +9,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from kmipgt.data.lrgb import OGB_ATOM_DIMS, OGB_BOND_DIMS
+
 
 def peptide(num_nodes: int, seed: int) -> tuple[torch.Tensor, ...]:
     """One raw Peptides-func graph, a path of ``num_nodes`` atoms: ``(x [n, 9], edge_attr [E, 3],
-    edge_index [2, E], y [1, 10])`` as PyG's raw ``.pt`` files hold it."""
+    edge_index [2, E], y [1, 10])`` as PyG's raw ``.pt`` files hold it, each feature an id of OGB's table
+    for its column (a model embeds them, and ids beyond a table are refused)."""
     generator = torch.Generator().manual_seed(seed)
     edge_index = torch.stack([torch.arange(num_nodes - 1), torch.arange(1, num_nodes)])
     edge_index = torch.cat([edge_index, edge_index.flip(0)], dim=1)
-    return (torch.randint(0, 5, (num_nodes, 9), generator=generator),
-            torch.randint(0, 3, (edge_index.size(1), 3), generator=generator),
+    atoms = [torch.randint(0, size, (num_nodes,), generator=generator) for size in OGB_ATOM_DIMS]
+    bonds = [torch.randint(0, size, (edge_index.size(1),), generator=generator) for size in OGB_BOND_DIMS]
+    return (torch.stack(atoms, 1), torch.stack(bonds, 1),
             edge_index, torch.randint(0, 2, (1, 10), generator=generator).float())
 
 

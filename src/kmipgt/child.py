@@ -17,7 +17,7 @@ from typing import Any
 
 import kmipgt
 
-__all__ = ["python_module_command", "run_python_module"]
+__all__ = ["python_module_command", "run_python_module", "start_python_module"]
 
 # What `python -m MODULE ARGS` does, after putting kmipgt's folder (argv[1]) on the path unless the
 # interpreter finds it already (an installed kmipgt): the same copy runs in the child, installed or not.
@@ -38,3 +38,9 @@ def run_python_module(module: str, args: list[str], **options: Any) -> subproces
     """``subprocess.run`` of :func:`python_module_command` with this process's environment; ``options``
     (``capture_output``, ``text``, ``timeout``, ...) go to ``subprocess.run``."""
     return subprocess.run(python_module_command(module, args), env=dict(os.environ), **options)
+
+
+def start_python_module(module: str, args: list[str], **options: Any) -> subprocess.Popen:
+    """:func:`run_python_module` without waiting: the started ``subprocess.Popen``; ``options`` (``stdout``,
+    ``stderr``, ``text``, ...) go to it."""
+    return subprocess.Popen(python_module_command(module, args), env=dict(os.environ), **options)

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from kmipgt.cli import main
+from kmipgt.data.lrgb import OGB_ATOM_DIMS, OGB_BOND_DIMS
 from tiny_runs import train_tiny_city
 
 
@@ -98,9 +99,11 @@ def _peptide_copy(root: Path) -> dict[str, list[int]]:
             ring = torch.tensor([[0], [n // 2]])  # one ring closure, so hop counts are not those of a path
             edge_index = torch.cat([chain, ring], 1)
             edge_index = torch.cat([edge_index, edge_index.flip(0)], 1)
-            molecules.append((torch.randint(0, 5, (n, 9), generator=gen),
-                              torch.randint(0, 3, (edge_index.size(1), 3), generator=gen),
-                              edge_index, torch.randint(0, 2, (1, 10), generator=gen).float()))
+            # Each feature an id of OGB's table for its column, as the model embeds them.
+            atoms = [torch.randint(0, size, (n,), generator=gen) for size in OGB_ATOM_DIMS]
+            bonds = [torch.randint(0, size, (edge_index.size(1),), generator=gen) for size in OGB_BOND_DIMS]
+            molecules.append((torch.stack(atoms, 1), torch.stack(bonds, 1), edge_index,
+                              torch.randint(0, 2, (1, 10), generator=gen).float()))
         torch.save(molecules, raw / f"{split}.pt")
     return sizes
 

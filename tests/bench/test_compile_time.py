@@ -16,7 +16,8 @@ TINY = ["model.num_layers=2", "model.channels=8", "data.batch_size=3", "device=c
 def _traced_without_code_generation(monkeypatch):
     """aot_eager traces forward and backward as inductor does, without its minute of code generation; the
     trainer's thread count is restored after."""
-    monkeypatch.setattr(CompiledModel.__init__, "__defaults__", ("aot_eager",))
+    defaults = CompiledModel.__init__.__defaults__
+    monkeypatch.setattr(CompiledModel.__init__, "__defaults__", ("aot_eager", *defaults[1:]))
     threads = torch.get_num_threads()
     yield
     torch.set_num_threads(threads)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
+import torch
 
+from kmipgt.bench import ragged
 from kmipgt.bench.ragged import RAGGED_METHODS, RaggedBenchConfig, markdown_table, run_ragged_benchmark
 
 
@@ -39,3 +42,18 @@ def test_the_command_line_takes_one_flag_per_config_field(tmp_path, capsys):
     written = json.loads((tmp_path / "ragged.json").read_text())
     assert written["config"]["graphs"] == 3 and written["config"]["k"] == 2
     assert "| kmip | forward |" in capsys.readouterr().out
+
+
+def test_host_syncs_count_the_synchronizing_calls_not_the_prototype_notice(monkeypatch):
+    # torch's first sync-debug-mode switch warns that the mode is a prototype: no sync of the call.
+    def set_mode(mode):
+        if mode == "warn":
+            warnings.warn("Synchronization debug mode is a prototype feature", UserWarning, stacklevel=2)
+
+    def call():
+        warnings.warn(ragged.SYNC_WARNING, UserWarning, stacklevel=2)
+        return torch.ones(3, requires_grad=True) * 2
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", set_mode)
+    assert ragged._host_syncs(call, torch.device("cuda")) == 1

@@ -10,8 +10,10 @@ from kmipgt.bench.search import (
     load_tokens,
     measure_gemm,
     measure_search,
+    search_markdown_table,
 )
 from kmipgt.cli import main
+from kmipgt.ops.search.ivf_common import DEFAULT_RECALL
 
 _PARAMS = dict(seed=0, device="cpu", dtype="float32", n=300, heads=2, dim=8, k=5, nlist=None, nprobe=None)
 _PARAMS |= dict(tokens=None, recall_queries=50, repeats=2, warmup=0)
@@ -34,12 +36,24 @@ def test_measure_search_reports_time_and_recall(backend):
     assert result["recall"] == 1.0 and (result["heads"], result["dim"]) == (2, 8)
 
 
-def test_calibrated_ivf_point_on_clustered_tokens_reports_its_choice():
-    params = {**_PARAMS, "backend": "ivf", "n": 2048, "clusters": 8, "recall": 0.9, "recall_queries": 2048}
+@pytest.mark.parametrize(("recall", "target"), [(0.9, 0.9), (None, DEFAULT_RECALL)])
+def test_calibrated_ivf_point_on_clustered_tokens_reports_its_choice(recall, target):
+    params = {**_PARAMS, "backend": "ivf", "n": 2048, "clusters": 8, "recall": recall, "recall_queries": 2048}
     result = measure_search(params)
-    assert len(result["nprobe_chosen"]) == 2 and min(result["recall_calibrated"]) >= 0.9
+    assert len(result["nprobe_chosen"]) == 2 and min(result["recall_calibrated"]) >= target
     # recall_queries = N: the benchmark's recall is over every query, against exact top-k.
-    assert result["recall"] >= 0.9
+    assert result["recall"] >= target
+    # The table shows the nprobe chosen beside the recall (one value, or the range over the heads).
+    record = {**params, **result, "status": "ok", "peak_memory_bytes": 0}
+    table = search_markdown_table({"points": [record]})
+    low, high = min(result["nprobe_chosen"]), max(result["nprobe_chosen"])
+    assert f"recall {result['recall']:.3f} (nprobe {low}{'' if low == high else f'–{high}'})" in table
+
+
+def test_a_fixed_nprobe_point_reports_no_calibration():
+    params = {**_PARAMS, "backend": "ivf", "n": 2048, "clusters": 8, "nprobe": 3, "recall_queries": 64}
+    result = measure_search(params)
+    assert "nprobe_chosen" not in result and 0 < result["recall"] <= 1
 
 
 def test_gemm_floor_has_the_search_multiply_adds():

@@ -64,7 +64,7 @@ def _fake_smiles2graph(smiles):
     n = len(smiles)
     edges = np.array([np.arange(n - 1), np.arange(1, n)])
     return {"num_nodes": n, "node_feat": np.full((n, 9), ord(smiles[0])),
-            "edge_feat": np.zeros((n - 1, 3)), "edge_index": edges}
+            "edge_feat": np.zeros((n - 1, 3), dtype=np.int64), "edge_index": edges}
 
 
 def test_original_csv_layout_with_converter(tmp_path):
@@ -218,7 +218,7 @@ def test_a_split_pickle_that_would_run_code_is_refused(tmp_path, payload):
     with pytest.raises(ValueError, match=f"^{split} was not loaded: it refers to the global "):
         lrgb_dataset(tmp_path, "Peptides-func", "train", **options)
     assert not marker.exists()
-    assert not list((tmp_path / "kmipgt_cache").rglob("*.pt"))  # nothing converted
+    assert not list((tmp_path / "kmipgt_cache").rglob("*.npz"))  # nothing converted
     with open(split, "wb") as handle:
         pickle.dump({"train": np.array([2.0, 0.0]), "val": [1], "test": (3,)}, handle, protocol=2)
     with pytest.raises(ValueError, match="'train' must hold integer node indices, got float64"):

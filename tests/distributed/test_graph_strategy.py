@@ -190,6 +190,7 @@ def test_partitions_are_balanced_blocks_of_nearby_nodes():
     (["model.local=gcn"], r"model\.local .*got 'gcn'"),
     (["model.kind=gcn"], r"GPS models \(model\.kind: gps\), got 'gcn'"),
     (["log_branches=true"], r"'log_branches' is not supported"),
+    (["model.norm=graph"], r"model\.norm 'graph' normalises each graph as a whole"),
     (["distributed.partition=metis"], r"distributed\.partition' must be one of"),
 ])
 def test_unsupported_combinations_are_refused(overrides, message):

@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.fx.experimental._config as fx_config
 from torch._dynamo.utils import counters
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from kmipgt.nn import GraphTransformer, build_global_attention
 from kmipgt.nn.local_kinds import LOCAL_KINDS, NO_LOCAL
@@ -167,3 +168,70 @@ def test_grf_attention_runs_eagerly_between_compiled_graphs():
         for kwargs in inputs:
             compiled(**kwargs)
     assert counters["stats"]["unique_graphs"] - graphs_before == first_pass
+
+
+def _unbacked_sizes(module, kwargs) -> list[str]:
+    """The nodes of ``module``'s compiled graph whose output has a size read from data (an unbacked
+    symbol): inductor cannot always generate code for those mixed with other sizes."""
+    found = []
+
+    def backend(graph_module, example_inputs):
+        for node in graph_module.graph.nodes:
+            value = node.meta.get("example_value", node.meta.get("val"))
+            if isinstance(value, torch.Tensor) and free_unbacked_symbols(value):
+                found.append(node.format_node())
+        return graph_module.forward
+
+    torch._dynamo.reset()
+    with fx_config.patch(use_duck_shape=False):
+        torch.compile(module, fullgraph=True, dynamic=True, backend=backend)(**kwargs)
+    return found
+
+
+@pytest.mark.parametrize("local", [name for name in LOCAL_KINDS.names() if name != NO_LOCAL])
+def test_no_local_kind_has_a_size_read_from_data(local):
+    batch = _batch(SHAPES[0], torch.Generator().manual_seed(4))
+    assert _unbacked_sizes(_model(local, "kmip"), batch) == []
+
+
+def test_the_reference_peptides_model_compiles_once_for_every_batch_shape():
+    """``peptides_func_paper`` as shipped (embedded atoms and bonds, per-graph LayerNorm, GatedGCN without its
+    node residual, no output projection, batch-normalised RWSE in channels of their own): one graph."""
+    from kmipgt.data.lrgb import OGB_ATOM_DIMS, OGB_BOND_DIMS
+    from kmipgt.train import load_config
+    from kmipgt.train.datasets import PreparedData
+    from kmipgt.train.models import build_model
+
+    config = load_config("peptides_func_paper", ["model.num_layers=2", "model.k=3"])
+    data = PreparedData("graph", None, None, len(OGB_ATOM_DIMS), len(OGB_BOND_DIMS), 10, "lrgb",
+                        OGB_ATOM_DIMS, OGB_BOND_DIMS)
+    torch.manual_seed(0)
+    model = build_model(config, data)
+    generator = torch.Generator().manual_seed(5)
+    inputs = []
+    for sizes in SHAPES:
+        batch = _batch(sizes, generator)
+        nodes, edges = batch["x"].shape[0], batch["edge_index"].shape[1]
+        ids = [torch.randint(0, n, (nodes,), generator=generator) for n in OGB_ATOM_DIMS]
+        batch["x"] = torch.stack(ids, 1)
+        ids = [torch.randint(0, n, (edges,), generator=generator) for n in OGB_BOND_DIMS]
+        batch["edge_attr"] = torch.stack(ids, 1)
+        batch["rwse"] = torch.rand(nodes, config.data.rwse_dim, generator=generator)
+        inputs.append(batch)
+    model.eval()  # batch norm by its running statistics, the same in both runs of each input
+    results, graphs = compiled_runs(model, inputs)
+    _assert_equal_to_eager(results)
+    assert graphs == 1
+
+
+@pytest.mark.parametrize(("local", "attention"), [("gatedgcn", "kmip"), ("gine", "full")])
+def test_an_activation_checkpointed_model_compiles_once_for_every_batch_shape(local, attention):
+    generator = torch.Generator().manual_seed(6)
+    torch.manual_seed(0)
+    model = GraphTransformer(
+        IN_CHANNELS, 16, 3, num_layers=2, task="graph", edge_channels=EDGE_CHANNELS, local=local,
+        attention=attention, heads=2, rwse_dim=RWSE, checkpoint=True, **_attention_options(attention),
+    )
+    results, graphs = compiled_runs(model, [_batch(sizes, generator) for sizes in SHAPES])
+    _assert_equal_to_eager(results)
+    assert graphs == 1

@@ -7,10 +7,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch_geometric.data import Batch, Data
-from torch_geometric.nn import GATConv, GCNConv, SAGEConv
+from torch_geometric.nn import GCNConv, SAGEConv
 from torch_geometric.utils import scatter
 
 from kmipgt.nn import FourierFeatures, GatedGCNLayer, GPSLayer, GraphTransformer
+from kmipgt.nn.self_loops import StaticLoopGATConv
 
 LOCALS = ("gatedgcn", "gine", "sage", "gcn", "none")
 ATTENTIONS = ("kmip", "full", "performer", "none")  # "grf" samples walks per graph: shapes test only
@@ -272,10 +273,11 @@ def test_gps_layer_without_residual_and_ffn_is_a_gcn_layer_plus_attention(attent
 def test_gps_layer_without_ffn_drops_out_once_like_pyg(local):
     """In training, the layer without residual and FFN is PyG's BasicGNN step: conv, norm, activation,
     one dropout (dropping the branch before the norm as well would drop it twice); GAT's attention
-    coefficients are dropped inside the conv, as PyG's GAT does."""
+    coefficients are dropped inside the conv, as PyG's GAT does (its conv is kmipgt's, which equals PyG's
+    in evaluation, tests/nn/test_self_loops.py, and draws its dropout over other edge rows)."""
     graph = _random_graph(40, channels=16)
     layer = GPSLayer(16, local=local, attention="none", dropout=0.5, branch_residual=False, ffn=False)
-    conv = {"sage": SAGEConv, "gcn": GCNConv, "gat": partial(GATConv, dropout=0.5)}[local](16, 16)
+    conv = {"sage": SAGEConv, "gcn": GCNConv, "gat": partial(StaticLoopGATConv, dropout=0.5)}[local](16, 16)
     conv.load_state_dict(layer.local.state_dict())
     norm = torch.nn.LayerNorm(16)
     norm.load_state_dict(layer.norm_local.state_dict())

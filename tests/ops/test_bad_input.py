@@ -7,8 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-import kmipgt.ops.search.backends.ivf_search as ivf_search
-from kmipgt.ops import full_attention, full_attention_topk, kmip_attention, topk_inner_product
+from kmipgt.ops import (
+    APPROXIMATE_BACKENDS,
+    full_attention,
+    full_attention_topk,
+    kmip_attention,
+    topk_inner_product,
+)
 from reference import reference_attention, reference_topk
 
 BACKENDS = [
@@ -126,12 +131,15 @@ HALF_BACKENDS = [b for b in BACKENDS if getattr(b, "values", (b,))[0] not in ("k
 
 @pytest.mark.parametrize("backend", HALF_BACKENDS)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_half_precision_ranks_like_float32_even_beyond_the_half_range(ragged, backend, dtype, monkeypatch):
+def test_half_precision_ranks_like_float32_even_beyond_the_half_range(ragged, backend, dtype):
     # Scores reach about 4·10⁵, beyond float16's 65,504: a float16 product would tie them all at inf.
-    monkeypatch.setattr(ivf_search, "default_nprobe", lambda nlist: nlist)  # probe everything: exact
     query, key, _, ptr = ragged([1100, 30], heads=1, dim=64, dtype=dtype, scale=80.0, count=3)
     device = _device(backend)
-    scores, index = topk_inner_product(query.to(device), key.to(device), 5, ptr=ptr, backend=backend)
+    # The approximate backends build an index (1,100 keys) and probe every list of it: exact.
+    probe_all = {"nlist": 16, "nprobe": 16} if backend in APPROXIMATE_BACKENDS else {}
+    scores, index = topk_inner_product(
+        query.to(device), key.to(device), 5, ptr=ptr, backend=backend, **probe_all
+    )
     ref_scores, ref_index = reference_topk(query.double(), key.double(), 5, ptr.tolist())
     np.testing.assert_array_equal(index.cpu().numpy(), ref_index)
     assert scores.dtype == dtype

@@ -181,4 +181,4 @@ def test_a_registered_backend_is_dispatched_with_the_options_its_kind_takes(monk
     registry.register(registry.SearchBackend("probe", search, exact=False, available=lambda: True))
     query = torch.randn(6, 1, 3)
     topk_inner_product(query, query, 2, backend="probe", nprobe=3)
-    assert calls == [{"nlist": None, "nprobe": 3}]
+    assert calls == [{"nlist": None, "nprobe": 3, "recall": None, "calibration": None}]

@@ -16,6 +16,7 @@ import torch
 
 import kmipgt.ops.search.backends.faiss_search as faiss_search
 import kmipgt.ops.search.backends.ivf_search as ivf_search
+import kmipgt.ops.search.ivf_common as ivf_common
 from kmipgt.ops import topk_inner_product
 from kmipgt.ops.search import registry
 from kmipgt.ops.search.backends.triton_search import MAX_TRITON_K, triton_available
@@ -135,3 +136,18 @@ def test_faiss_routes_its_small_graphs_by_the_whole_call(monkeypatch):
     topk_inner_product(query, query, 150, backend="faiss")
     (call,) = calls
     assert (call.k, call.head_dim, call.max_nodes) == (150, 24, 40)
+
+
+@pytest.mark.parametrize("backend", ["ivf", pytest.param("faiss", marks=pytest.mark.requires("faiss"))])
+def test_the_calibration_sample_is_routed_by_k_head_dim_and_its_keys(backend, monkeypatch):
+    """Calibrating nprobe (the default) searches a sample of an index's queries exactly among all its keys:
+    routed with the caller's k and head dim, the index's key count, and keys laid out apart from the
+    sampled queries, so on CUDA it never reaches the Triton kernel, which searches queries that are keys."""
+    calls = _spy_route(monkeypatch, ivf_common)
+    gen = torch.Generator().manual_seed(2)
+    query, key = (torch.randn(1100, 1, 160, generator=gen) for _ in range(2))
+    topk_inner_product(query, key, 150, backend=backend, nlist=8)
+    (call,) = calls
+    assert (call.k, call.head_dim, call.max_nodes, call.dtype) == (150, 160, 1100, torch.float32)
+    assert call.queries_differ
+    assert registry.route(replace(call, device_type="cuda")).name == "torch"

@@ -133,5 +133,5 @@ def test_options_of_the_approximate_search_are_refused_with_auto_as_before():
     ptr, tensors = _batch("cpu")
     with pytest.raises(ValueError, match="`nlist`/`nprobe` only apply"):
         kmip_attention(*tensors, 4, ptr=ptr, nprobe=2)
-    with pytest.raises(ValueError, match="applies to backend 'ivf' only"):
+    with pytest.raises(ValueError, match=r"applies to backends .* only"):
         kmip_attention(*tensors, 4, ptr=ptr, recall=0.9)

@@ -28,6 +28,20 @@ def test_summary_tables_each_variant_and_its_paired_differences(tmp_path):
     assert "| wide | 2 | +0.0000 ± 0.0000 | +0.2000 ± 0.0000 | 2 of 2 |" in table
 
 
+def test_the_table_shows_the_epochs_each_cell_has_done(tmp_path):
+    _, path = variants_sweep(tmp_path)
+    sweep = load_sweep(path)
+    statuses = [("ok", 7), ("unfinished", 3), ("failed", ""), ("unfinished", 0)]
+    rows = [{"variant": c.values["variant"], "seed": str(c.values["seed"]), "status": status,
+             "epochs": epochs, "val": 0.5, "test": 0.25, "seconds_per_epoch": 1.0, "peak_memory_mb": 10.0}
+            for c, (status, epochs) in zip(expand(sweep), statuses, strict=True)]
+    summary = summarize(rows, list(sweep.axes()))
+    assert [entry["epochs"] for entry in summary] == ["7/3", "—/0"]
+    table = summary_markdown(sweep, summary, "ap", "kmipgt sweep variants.yaml")
+    assert "| variant | n | val ap | test ap | epochs done |" in table
+    assert "| kmip | 1 | 0.5000 | 0.2500 | 7/3 |" in table and "| wide | 0 | — | — | —/0 |" in table
+
+
 def test_one_numeric_grid_key_is_plotted_against_its_values(tmp_path):
     entry = {"test_mean": 0.5, "test_std": 0.01, "seconds_per_epoch_mean": 1.0}
     entry["seconds_per_epoch_std"] = math.nan

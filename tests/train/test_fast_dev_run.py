@@ -30,7 +30,8 @@ GENERATED_OR_EMBEDDED = [name for name in list_configs("run") if name not in LOC
 def test_every_shipped_config_is_checked_here():
     assert set(SHRUNK) < set(GENERATED_OR_EMBEDDED)
     assert {"minnesota", "minnesota_link", "digits_knn"} == set(GENERATED_OR_EMBEDDED) - set(SHRUNK)
-    copies = {"city_networks", "peptides_func", "peptides_struct", "shapenet_part", "s3dis"}
+    copies = {"city_networks", "peptides_func", "peptides_func_gps", "peptides_func_paper", "peptides_struct",
+              "peptides_struct_paper", "shapenet_part", "s3dis"}
     assert set(LOCAL_COPIES) == copies
 
 
@@ -88,6 +89,14 @@ def test_n_batches_of_each_phase_of_a_set_of_graphs(tmp_path):
     assert [c.shapes["x"] for c in checks[2:]] == [[9, 9], [6, 9], [7, 9]]
     assert [c.shapes["output"] for c in checks[2:]] == [[2, 10], [1, 10], [1, 10]]
     assert [line for line in lines if " batch " in line] == [check.line() for check in checks]
+
+
+@pytest.mark.parametrize("name", ["peptides_func_paper", "peptides_func_gps"])
+def test_the_reference_peptides_models_as_shipped_pass(name, tmp_path):
+    write_raw_peptides(tmp_path / "lrgb", {"train": [5, 6, 7], "val": [4, 5], "test": [7]})
+    config = load_config(name, [f"data.options.root={tmp_path / 'lrgb'}", "data.batch_size=2", "device=cpu",
+                                "threads=1"])
+    assert [c.phase for c in fast_dev_run(config, 1, lambda line: None)] == ["train", "val", "test"]
 
 
 def test_options_that_write_are_refused(capsys):

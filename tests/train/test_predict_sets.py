@@ -90,6 +90,20 @@ def test_a_saved_molecule_is_prepared_with_the_training_statistics(peptides, tmp
         predict(run, path, split="test")
 
 
+def test_a_saved_molecule_of_other_atom_ids_or_columns_is_refused(peptides, tmp_path):
+    run, graphs = peptides
+    x, edge_attr, edge_index, _ = graphs["test"][2]
+    path = tmp_path / "molecule.pt"
+    beyond = x.clone()
+    beyond[0, 0] = 119  # OGB's table of atomic numbers has 119 rows
+    torch.save(Data(x=beyond, edge_attr=edge_attr, edge_index=edge_index), path)
+    with pytest.raises(ValueError, match=r"x: column 0 must hold category ids in \[0, 119\)"):
+        predict(run, path)
+    torch.save(Data(x=x[:, :8], edge_attr=edge_attr, edge_index=edge_index), path)
+    with pytest.raises(ValueError, match=r"x must have shape \[R, 9\]"):
+        predict(run, path)
+
+
 def test_a_link_run_scores_the_pairs_kmipgt_eval_scores(tmp_path):
     run = _train(tmp_path / "run", "minnesota_link")
     columns = predict(run, split="test", probabilities=True)

@@ -5,9 +5,10 @@ import pytest
 import torch
 from torch_geometric.utils import is_undirected, to_networkx
 
+from kmipgt.data.lrgb import OGB_ATOM_DIMS, OGB_BOND_DIMS
 from kmipgt.train import load_config
 from kmipgt.train.datasets import prepare_data
-from kmipgt.train.stand_in import OGB_ATOM_DIMS, OGB_BOND_DIMS, molecule_like_graphs, stand_in_data
+from kmipgt.train.stand_in import molecule_like_graphs, stand_in_data
 
 
 @pytest.mark.parametrize(("name", "targets"), [("Peptides-func", 10), ("Peptides-struct", 11)])

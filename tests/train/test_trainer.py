@@ -108,6 +108,15 @@ def test_threads_must_be_positive(tmp_path):
         Trainer(config, _toy_graph_data())
 
 
+def test_a_moved_run_resumes_from_its_new_folder(tmp_path):
+    data = _toy_graph_data()
+    Trainer(_toy_config(tmp_path / "here"), data).fit(stop_after=2, progress=False)
+    (tmp_path / "here").rename(tmp_path / "there")  # or unpacked on another machine
+    resumed = Trainer(_toy_config(tmp_path / "there"), data)
+    resumed.resume()
+    assert resumed.state.epoch == 2 and resumed.fit(progress=False)["complete"]
+
+
 def test_resume_rejects_a_different_config(tmp_path):
     data = _toy_graph_data()
     Trainer(_toy_config(tmp_path), data).fit(stop_after=1, progress=False)

@@ -105,6 +105,11 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+# What torch's sync debug mode warns with at each synchronizing call. Its first use also warns that the mode
+# is a prototype ("Synchronization debug mode is ..."), which is no sync and must not be counted.
+SYNC_WARNING = "called a synchronizing CUDA operation"
+
+
 def _host_syncs(call, device: torch.device) -> int | None:
     """Host syncs of one forward+backward of ``call`` on CUDA (None on the CPU, where none can stall)."""
     if device.type != "cuda":
@@ -117,7 +122,7 @@ def _host_syncs(call, device: torch.device) -> int | None:
             call().float().sum().backward()
         finally:
             torch.cuda.set_sync_debug_mode("default")
-    return sum("synchroniz" in str(warning.message) for warning in caught)
+    return sum(SYNC_WARNING in str(warning.message) for warning in caught)
 
 
 def run_ragged_benchmark(config: RaggedBenchConfig, out_dir: Path) -> dict:

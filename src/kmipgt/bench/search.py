@@ -53,10 +53,12 @@ class SearchBenchConfig(common.PointBenchConfig):
     heads: int = field(default=1, metadata={"help": "attention heads"})
     dim: int = field(default=32, metadata={"help": "query/key head dimension d"})
     k: int = field(default=16, metadata={"help": "keys found per query"})
-    nlist: int | None = field(default=None, metadata={"help": "IVF lists (ivf, faiss); default ~2·sqrt(N)"})
-    nprobe: int | None = field(default=None, metadata={"help": "IVF lists probed (ivf, faiss)"})
+    nlist: int | None = field(default=None, metadata={"help": "IVF lists (ivf, faiss); default ~sqrt(N)"})
+    nprobe: int | None = field(
+        default=None, metadata={"help": "IVF lists probed (ivf, faiss), fixed instead of a recall target"}
+    )
     recall: float | None = field(
-        default=None, metadata={"help": "ivf: calibrate nprobe per index to this recall@k target"}
+        default=None, metadata={"help": "ivf, faiss: recall@k target nprobe is calibrated to (default 0.95)"}
     )
     clusters: int | None = field(
         default=None, metadata={"help": "queries and keys around this many centres (not Gaussian)"}
@@ -170,20 +172,19 @@ def measure_search(params: dict) -> dict:
     query, key = _inputs(params)
     options = {}
     if params["backend"] in APPROXIMATE_BACKENDS:
-        options = {"nlist": params["nlist"], "nprobe": params["nprobe"]}
-    if params["backend"] == "ivf" and params.get("recall") is not None:
-        options["recall"] = params["recall"]
+        options = {name: params.get(name) for name in ("nlist", "nprobe", "recall")}
 
     def search(**extra):
         return topk_inner_product(query, key, params["k"], backend=params["backend"], **options, **extra)
 
     timing = time_calls(search, params["repeats"], params["warmup"], query.device)
     calibration = ProbeCalibration()
-    _, index = search(calibration=calibration) if "recall" in options else search()
+    _, index = search(calibration=calibration) if options else search()
     recall = _sampled_recall(query, key, index, params["k"], params["recall_queries"], params["seed"])
-    # What calibrated probing chose per (graph, head) index, and the recall it measured on its sample.
+    # What calibrated probing chose per (graph, head) index, and the recall it measured on its sample
+    # (nothing with a fixed nprobe, or where every graph was searched exactly).
     chosen = {"nprobe_chosen": calibration.nprobe, "recall_calibrated": calibration.recall}
-    chosen = chosen if "recall" in options else {}
+    chosen = chosen if calibration.nprobe else {}
     return {**timing, "recall": recall, "heads": query.shape[1], "dim": query.shape[2], **chosen}
 
 
@@ -234,7 +235,12 @@ def _cell(record: dict) -> str:
     cell = f"{record['time_median']:.3g} s [{record['time_min']:.3g}–{record['time_max']:.3g}]"
     if record["backend"] == GEMM:
         return cell + f", {record['gflops']:.0f} GFLOP/s"
-    return cell + f", {record['peak_memory_bytes'] / 2**20:.0f} MiB, recall {record['recall']:.3f}"
+    cell += f", {record['peak_memory_bytes'] / 2**20:.0f} MiB, recall {record['recall']:.3f}"
+    chosen = record.get("nprobe_chosen")
+    if chosen:
+        low, high = min(chosen), max(chosen)
+        cell += f" (nprobe {low})" if low == high else f" (nprobe {low}–{high})"
+    return cell
 
 
 def search_markdown_table(result: dict) -> str:

@@ -22,7 +22,14 @@ if TYPE_CHECKING:
     from kmipgt.data.minnesota import MINNESOTA_FEATURES, minnesota
     from kmipgt.data.point_cloud import digits_knn, knn_graph, knn_graph_dataset
     from kmipgt.data.positional_encodings import LaplacianPE, RandomWalkSE
-    from kmipgt.data.registry import DATASETS, Dataset, get_dataset, list_datasets, load_dataset
+    from kmipgt.data.registry import (
+        DATASETS,
+        CategoricalFeatures,
+        Dataset,
+        get_dataset,
+        list_datasets,
+        load_dataset,
+    )
     from kmipgt.data.road_graph import add_city_labels, haversine_metres, road_network_data, symmetric_edges
     from kmipgt.data.splits import index_to_mask, random_split_masks, redraw_split_masks
     from kmipgt.data.synthetic_city import SYNTHETIC_CITY_FEATURES, synthetic_city
@@ -32,6 +39,7 @@ if TYPE_CHECKING:
 
 # Public name -> the submodule that defines it.
 _SOURCES = {
+    "CategoricalFeatures": "registry",
     "CityNetworks": "city_networks",
     "DATASETS": "registry",
     "Dataset": "registry",
@@ -76,6 +84,7 @@ __all__ = [
     "MINNESOTA_FEATURES",
     "SYNTHETIC_CITY_FEATURES",
     "SYNTHETIC_PART_CATEGORIES",
+    "CategoricalFeatures",
     "CityNetworks",
     "Dataset",
     "LaplacianPE",

@@ -13,8 +13,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["MAX_CLASSES", "check_class_labels", "check_edge_index", "check_graph_edges", "check_node_rows",
-           "class_count"]
+__all__ = ["MAX_CLASSES", "check_category_ids", "check_class_labels", "check_edge_index", "check_graph_edges",
+           "check_node_rows", "class_count"]
 
 # More classes than any node or graph classification benchmark has; a label beyond it is a corrupt file.
 MAX_CLASSES = 65_536
@@ -79,6 +79,25 @@ def check_class_labels(labels: Any, name: str, count: int | None = None) -> Tens
         raise ValueError(f"{name} must hold class ids in [0, {MAX_CLASSES}), got ids in "
                          f"[{int(labels.min())}, {int(labels.max())}]")
     return labels.long()
+
+
+def check_category_ids(values: Any, sizes: tuple[int, ...], name: str) -> Tensor:
+    """``values`` when it is an integer ``[R, len(sizes)]`` tensor whose column ``c`` holds category ids in
+    ``[0, sizes[c])``: what an embedding table of ``sizes[c]`` rows may be indexed by."""
+    values = _tensor(values, name)
+    if values.is_floating_point() or values.is_complex() or values.dtype == torch.bool:
+        raise ValueError(f"{name} must hold integer category ids, got {values.dtype}")
+    if values.dim() != 2 or values.size(1) != len(sizes):
+        raise ValueError(f"{name} must have shape [R, {len(sizes)}] (one column per categorical feature), "
+                         f"got {list(values.shape)}")
+    if values.numel() == 0:
+        return values
+    low, high = values.amin(0), values.amax(0)
+    for column, size in enumerate(sizes):
+        if int(low[column]) < 0 or int(high[column]) >= size:
+            raise ValueError(f"{name}: column {column} must hold category ids in [0, {size}), got ids in "
+                             f"[{int(low[column])}, {int(high[column])}]")
+    return values
 
 
 def class_count(labels: Tensor, name: str) -> int:

@@ -8,7 +8,8 @@ Two layouts are accepted under ``root``:
 2. The original LRGB / GraphGPS files of Peptides-func/-struct: ``peptide_multi_class_dataset.csv.gz`` or
    ``peptide_structure_normalized_dataset.csv.gz`` plus the split pickle, in ``<root>/peptides-functional``
    (``-structural``) or its ``raw/``. SMILES become graphs with OGB's ``smiles2graph`` (needs ``ogb`` and
-   ``rdkit``); the converted graphs are written once in layout 1 under the kmipgt cache and read from there.
+   ``rdkit``) in worker processes, written once as one compact file in the kmipgt cache and read from there
+   (:mod:`kmipgt.data.peptides`).
 
 Each file of a split is read once, by a reader that runs no code: ``.pt`` files weights-only, pickles by an
 unpickler that resolves only containers, ints, integer NumPy arrays (the split pickle) and tensors
@@ -23,24 +24,17 @@ The Peptides data is CC BY-NC 4.0 (LRGB); it is never shipped with kmipgt.
 
 from __future__ import annotations
 
-import ast
-import csv
-import gzip
-import hashlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch_geometric.data import Data, InMemoryDataset
 from torch_geometric.datasets import LRGBDataset
-from tqdm.auto import tqdm
 
-from kmipgt.atomic import save_tensors
-from kmipgt.data import cache
 from kmipgt.data.graph_checks import MAX_CLASSES, check_class_labels, check_edge_index, check_graph_edges
-from kmipgt.logs import quiet
+from kmipgt.data.peptides import ORIGINAL_PEPTIDES, find_original_peptides, peptides_splits
+from kmipgt.data.registry import NUMERIC_FEATURES, CategoricalFeatures
 from kmipgt.safe_load import (
     NUMPY_ARRAY_GLOBALS,
     PLAIN_GLOBALS,
@@ -53,19 +47,11 @@ from kmipgt.safe_load import (
 LRGB_NAMES = {name.lower(): name for name in ("Peptides-func", "Peptides-struct", "PascalVOC-SP", "COCO-SP",
                                                "PCQM-Contact")}
 SPLITS = ("train", "val", "test")
-PEPTIDES_STRUCT_TARGETS = (
-    "Inertia_mass_a", "Inertia_mass_b", "Inertia_mass_c", "Inertia_valence_a", "Inertia_valence_b",
-    "Inertia_valence_c", "length_a", "length_b", "length_c", "Spherocity", "Plane_best_fit",
-)
-# Original LRGB release files: (folder, csv, csv MD5, split pickle, pickle MD5 or None when unpublished here).
-ORIGINAL_PEPTIDES = {
-    "peptides-func": ("peptides-functional", "peptide_multi_class_dataset.csv.gz",
-                      "701eb743e899f4d793f0e13c8fa5a1b4", "splits_random_stratified_peptide.pickle",
-                      "5a0114bdadc80b94fc7ae974f13ef061"),
-    "peptides-struct": ("peptides-structural", "peptide_structure_normalized_dataset.csv.gz",
-                        "c240c1c15466b5c907c63e180fa8aa89",
-                        "splits_random_stratified_peptide_structure.pickle", None),
-}
+# The number of values of each atom / bond feature of OGB's smiles2graph (ogb.utils.features'
+# get_atom_feature_dims and get_bond_feature_dims): the molecules' features are these category ids.
+OGB_ATOM_DIMS = (119, 5, 12, 12, 10, 6, 6, 2, 2)
+OGB_BOND_DIMS = (5, 6, 2)
+MOLECULES = ("peptides-func", "peptides-struct", "pcqm-contact")
 # What each raw graph of a dataset holds, in order (PyG's LRGBDataset.process reads the same tuples).
 RAW_FIELDS = {
     "pcqm-contact": ("x", "edge_attr", "edge_index", "edge_label_index", "edge_label"),
@@ -84,6 +70,21 @@ class LRGBSplit(InMemoryDataset):
         super().__init__(None, transform)
         self.name, self.split = name, split
         self._data, self.slices = data, slices
+
+    def graphs(self) -> list[Data]:
+        """Every graph, as ``list(self)`` gives them, cut from the collated tensors in one pass (indexing
+        the dataset graph by graph takes about three times as long: 15,535 Peptides in seconds)."""
+        if self.slices is None:
+            graphs = [self._data]
+        else:
+            bounds = {key: offsets.tolist() for key, offsets in self.slices.items()}
+            dims = {key: self._data.__cat_dim__(key, self._data[key]) for key in bounds}
+            graphs = [
+                Data(**{key: self._data[key].narrow(dims[key], ends[i], ends[i + 1] - ends[i])
+                        for key, ends in bounds.items()})
+                for i in range(len(self))
+            ]
+        return graphs if self.transform is None else [self.transform(graph) for graph in graphs]
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.name}, {self.split}, {len(self)} graphs)"
@@ -180,72 +181,6 @@ def _pyg_layout_present(root: Path, key: str) -> tuple[bool, list[Path]]:
     return present, raw + processed
 
 
-def _find_original_peptides(root: Path, key: str) -> tuple[Path | None, Path | None, list[Path]]:
-    folder, csv_name, _, split_name, _ = ORIGINAL_PEPTIDES[key]
-    directories = (root / folder / "raw", root / folder, root)
-    csv_paths = [directory / csv_name for directory in directories]
-    split_paths = [directory / split_name for directory in directories]
-    csv_path = next((path for path in csv_paths if path.is_file()), None)
-    split_path = next((path for path in split_paths if path.is_file()), None)
-    return csv_path, split_path, csv_paths + split_paths
-
-
-def _md5(path: Path) -> str:
-    return hashlib.md5(path.read_bytes()).hexdigest()
-
-
-def _default_smiles2graph() -> Callable[[str], dict]:
-    try:
-        from ogb.utils import smiles2graph
-    except ImportError as error:
-        raise ImportError(
-            "Reading the original LRGB CSV needs OGB's smiles2graph, which needs rdkit: "
-            "pip install 'kmipgt[lrgb]' (or supply the PyG LRGBDataset raw layout instead)"
-        ) from error
-    return smiles2graph
-
-
-def _peptides_targets(row: dict[str, str], key: str) -> torch.Tensor:
-    if key == "peptides-func":
-        return torch.tensor([ast.literal_eval(row["labels"])], dtype=torch.float)
-    return torch.tensor([[float(row[name]) for name in PEPTIDES_STRUCT_TARGETS]], dtype=torch.float)
-
-
-def _load_split_pickle(path: Path) -> dict[str, Any]:
-    """The LRGB split pickle (``{"train": indices, "val": ..., "test": ...}``), read by an unpickler that
-    resolves only built-in containers, ints and NumPy arrays; RefusedFileError for anything else, ValueError
-    for arrays that are not integer."""
-    split_index = load_restricted_pickle(path, {**PLAIN_GLOBALS, **NUMPY_ARRAY_GLOBALS})
-    if not isinstance(split_index, dict) or not set(SPLITS) <= set(split_index):
-        raise ValueError(f"{path} is not an LRGB split file (expected a dict with keys {SPLITS})")
-    for split in SPLITS:
-        indices = np.asarray(split_index[split])
-        if indices.size and indices.dtype.kind not in "iu":
-            raise ValueError(f"{path}: split {split!r} must hold integer node indices, got {indices.dtype}")
-    return split_index
-
-
-def convert_original_peptides(
-    csv_path: Path, split_path: Path, key: str, out_root: Path, smiles2graph: Callable[[str], dict]
-) -> Path:
-    """Write ``<out_root>/<key>/raw/{train,val,test}.pt`` (PyG layout) from the original CSV and splits."""
-    with gzip.open(csv_path, "rt", newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    split_index = _load_split_pickle(split_path)
-    graphs = []
-    for row in tqdm(rows, desc=f"{key}: SMILES to graphs", unit="graph", disable=quiet()):
-        graph = smiles2graph(row["smiles"])
-        graphs.append((
-            torch.from_numpy(graph["node_feat"]).long(), torch.from_numpy(graph["edge_feat"]).long(),
-            torch.from_numpy(graph["edge_index"]).long(), _peptides_targets(row, key),
-        ))
-    raw_dir = out_root / key / "raw"
-    raw_dir.mkdir(parents=True, exist_ok=True)
-    for split in SPLITS:
-        save_tensors([graphs[int(i)] for i in split_index[split]], raw_dir / f"{split}.pt")
-    return out_root
-
-
 def lrgb_dataset(
     root: str | Path,
     name: str,
@@ -254,6 +189,7 @@ def lrgb_dataset(
     transform: Callable[[Data], Data] | None = None,
     smiles2graph: Callable[[str], dict] | None = None,
     verify_md5: bool = True,
+    num_workers: int | None = None,
 ) -> LRGBSplit:
     """One split of an LRGB dataset from a local copy, as an in-memory PyG dataset (:class:`LRGBSplit`).
 
@@ -264,40 +200,58 @@ def lrgb_dataset(
         transform: applied to each graph on access (e.g. a positional encoding).
         smiles2graph: SMILES -> OGB graph dict, for the original CSV layout (default: ``ogb.utils``).
         verify_md5: check original CSV / split files against the published MD5 sums.
+        num_workers: processes converting the original CSV layout's SMILES, once (default, and at most: one
+            per CPU this process may use).
     """
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    options = {"smiles2graph": smiles2graph, "verify_md5": verify_md5, "num_workers": num_workers}
+    return _lrgb_splits(root, name, (split,), transform, options)[split]
+
+
+def lrgb_splits(
+    root: str | Path,
+    name: str,
+    *,
+    transform: Callable[[Data], Data] | None = None,
+    smiles2graph: Callable[[str], dict] | None = None,
+    verify_md5: bool = True,
+    num_workers: int | None = None,
+) -> dict[str, list[Data]]:
+    """Every split of a local LRGB copy as a list of graphs; arguments as for :func:`lrgb_dataset` (an
+    original Peptides copy is read once for all three)."""
+    options = {"smiles2graph": smiles2graph, "verify_md5": verify_md5, "num_workers": num_workers}
+    splits = _lrgb_splits(root, name, SPLITS, transform, options)
+    return {split: dataset.graphs() for split, dataset in splits.items()}
+
+
+def _lrgb_splits(
+    root: str | Path, name: str, splits: tuple[str, ...], transform: Callable[[Data], Data] | None,
+    original: dict[str, Any],
+) -> dict[str, LRGBSplit]:
+    """``splits`` of the copy under ``root``: its PyG layout, else the original Peptides release (read with
+    ``original``, the keyword options of :func:`~kmipgt.data.peptides.peptides_splits`)."""
     key = name.lower()
     if key not in LRGB_NAMES:
         raise ValueError(f"name must be one of {sorted(LRGB_NAMES.values())}, got {name!r}")
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     root = Path(root)
     present, tried = _pyg_layout_present(root, key)
     if present:
-        return _split(root / key, key, split, transform)
+        return {split: _split(root / key, key, split, transform) for split in splits}
     if key in ORIGINAL_PEPTIDES:
-        csv_path, split_path, original_tried = _find_original_peptides(root, key)
+        csv_path, split_path, original_tried = find_original_peptides(root, key)
         tried += original_tried
         if csv_path is not None and split_path is not None:
-            return _from_original(csv_path, split_path, key, split, transform, smiles2graph, verify_md5)
+            read = peptides_splits(csv_path, split_path, key, **original)
+            return {split: LRGBSplit(*read[split], LRGB_NAMES[key], split, transform) for split in splits}
     listing = "\n  ".join(str(path) for path in tried)
     raise FileNotFoundError(f"No local copy of {LRGB_NAMES[key]} under {root}. Looked for:\n  {listing}")
 
 
-def lrgb_splits(root: str | Path, name: str, **options) -> dict[str, list[Data]]:
-    """Every split of a local LRGB copy as a list of graphs; ``options`` as for :func:`lrgb_dataset`."""
-    return {split: list(lrgb_dataset(root, name, split, **options)) for split in SPLITS}
-
-
-def _from_original(csv_path, split_path, key, split, transform, smiles2graph, verify_md5) -> LRGBSplit:
-    _, _, csv_md5, _, split_md5 = ORIGINAL_PEPTIDES[key]
-    if verify_md5:
-        for path, expected in ((csv_path, csv_md5), (split_path, split_md5)):
-            if expected is not None and _md5(path) != expected:
-                raise ValueError(f"{path} has MD5 {_md5(path)}, expected {expected} (the LRGB release); "
-                                 "pass verify_md5=False to use a modified copy")
-    converted = hashlib.sha256(csv_path.read_bytes() + split_path.read_bytes()).hexdigest()[:32]
-    out_root = cache.cache_dir() / "lrgb" / converted
-    if not _pyg_layout_present(out_root, key)[0]:
-        converter = smiles2graph or _default_smiles2graph()
-        convert_original_peptides(csv_path, split_path, key, out_root, converter)
-    return _split(out_root / key, key, split, transform)
+def lrgb_categories(root: str | Path, name: str, **options: Any) -> CategoricalFeatures:
+    """Which features of LRGB's ``name`` are category ids (arguments as :func:`lrgb_splits`): the molecules'
+    (Peptides, PCQM-Contact) atom and bond features are OGB's; the superpixels' are numbers."""
+    key = name.lower()
+    if key not in LRGB_NAMES:
+        raise ValueError(f"name must be one of {sorted(LRGB_NAMES.values())}, got {name!r}")
+    return CategoricalFeatures(OGB_ATOM_DIMS, OGB_BOND_DIMS) if key in MOLECULES else NUMERIC_FEATURES

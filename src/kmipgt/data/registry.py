@@ -2,7 +2,9 @@
 
 Each entry's loader takes the keyword options of a config's ``data.options`` and returns one graph (a PyG
 ``Data``, for node- and edge-level tasks) or ``{"train": [...], "val": [...], "test": [...]}`` graph lists
-(graph-level tasks, and node-level segmentation sets whose graphs have a label per node).
+(graph-level tasks, and node-level segmentation sets whose graphs have a label per node). An entry whose
+features are category ids (atoms and bonds of molecules) says so (:class:`CategoricalFeatures`), so that
+every model on it embeds them instead of scaling them as numbers.
 
 This module imports no torch: the built-in loaders are named as ``"module:function"`` and imported when a
 dataset is loaded, so that a config's ``data.name`` is checked before torch loads.
@@ -21,26 +23,54 @@ ONE_GRAPH = ("node", "edge")  # task levels served by a single graph
 
 
 @dataclass(frozen=True)
+class CategoricalFeatures:
+    """Which input features of a dataset are category ids rather than numbers.
+
+    Each column ``c`` of the graphs' ``x`` holds ids in ``[0, node[c])``, each column of ``edge_attr`` ids in
+    ``[0, edge[c])``; an empty tuple: those features are numbers. A model embeds each categorical column with
+    a table of that many rows (:class:`~kmipgt.nn.encoders.CategoricalEncoder`).
+    """
+
+    node: tuple[int, ...] = ()
+    edge: tuple[int, ...] = ()
+
+
+NUMERIC_FEATURES = CategoricalFeatures()
+
+
+@dataclass(frozen=True)
 class Dataset:
     """A registered dataset: its loader (or its ``"module:function"`` name), the task levels it serves, what
-    it is and the pip extra it needs."""
+    it is, the pip extra it needs and which of its features are categorical (``categories``: a function of
+    the loader's options giving :class:`CategoricalFeatures`, or its ``"module:function"`` name; None: all
+    features are numbers)."""
 
     name: str
     loader: Callable[..., Any] | str
     levels: tuple[str, ...]
     description: str
     extra: str | None = None
+    categories: Callable[..., CategoricalFeatures] | str | None = None
 
-    def load(self, **options: Any) -> Any:
-        """Call the loader with ``options``; options it does not take, or lacks, are a ValueError."""
-        loader = resolve(self.loader)
-        signature = inspect.signature(loader)
+    def _call(self, function: Callable[..., Any] | str, options: dict[str, Any]) -> Any:
+        """``function`` (resolved) called with ``options``; options it does not take, or lacks, are a
+        ValueError."""
+        function = resolve(function)
+        signature = inspect.signature(function)
         try:  # before the call, so a TypeError raised inside the loader is not mistaken for a bad option
             signature.bind(**options)
         except TypeError as error:
             known = list(signature.parameters)
             raise ValueError(f"dataset {self.name!r}: {error}; its options: {known}") from None
-        return loader(**options)
+        return function(**options)
+
+    def load(self, **options: Any) -> Any:
+        """Call the loader with ``options``; options it does not take, or lacks, are a ValueError."""
+        return self._call(self.loader, options)
+
+    def categorical_features(self, **options: Any) -> CategoricalFeatures:
+        """Which features of the dataset loaded with ``options`` are category ids."""
+        return NUMERIC_FEATURES if self.categories is None else self._call(self.categories, options)
 
 
 DATASETS: dict[str, Dataset] = {dataset.name: dataset for dataset in (
@@ -56,7 +86,8 @@ DATASETS: dict[str, Dataset] = {dataset.name: dataset for dataset in (
             "kNN graph of scikit-learn's handwritten digits"),
     Dataset("lrgb", "kmipgt.data.lrgb:lrgb_splits", ("graph",),
             "local LRGB copy at root; name: Peptides-func, Peptides-struct, PascalVOC-SP, COCO-SP, "
-            "PCQM-Contact (the extra reads the original Peptides CSV)", extra="lrgb"),
+            "PCQM-Contact (the extra reads the original Peptides CSV)", extra="lrgb",
+            categories="kmipgt.data.lrgb:lrgb_categories"),
     Dataset("synthetic_parts", "kmipgt.data.synthetic_parts:synthetic_parts", ("node",),
             "synthetic part segmentation: num_shapes shapes of 2,048 points from primitives"),
     Dataset("synthetic_rooms", "kmipgt.data.synthetic_rooms:synthetic_rooms", ("node",),

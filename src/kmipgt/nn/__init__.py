@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from kmipgt.nn.baselines import BaselineModel
     from kmipgt.nn.choices import BASELINE_KINDS
     from kmipgt.nn.cores import AttentionCore, FullCore, KMIPCore, PerformerCore
-    from kmipgt.nn.encoders import EdgeEncoder, FourierFeatures, NodeEncoder
+    from kmipgt.nn.encoders import CategoricalEncoder, EdgeEncoder, FourierFeatures, NodeEncoder
     from kmipgt.nn.gated_gcn import GatedGCNLayer
     from kmipgt.nn.gps_conv import KMIPGPSConv
     from kmipgt.nn.gps_layer import GPSLayer, build_norm
@@ -39,6 +39,7 @@ _SOURCES = {
     "AttentionKind": "attention_kinds",
     "BASELINE_KINDS": "choices",
     "BaselineModel": "baselines",
+    "CategoricalEncoder": "encoders",
     "EdgeEncoder": "encoders",
     "FourierFeatures": "encoders",
     "FullAttention": "attention",
@@ -72,6 +73,7 @@ __all__ = [
     "AttentionCore",
     "AttentionKind",
     "BaselineModel",
+    "CategoricalEncoder",
     "EdgeEncoder",
     "FourierFeatures",
     "FullAttention",

@@ -63,6 +63,9 @@ class ProjectedAttention(torch.nn.Module):
         value_projection: project the values with :math:`W_V` (default). ``False`` uses the input's
             channels as values, head h reading channels :math:`[h d, (h + 1) d)` of :math:`\mathbf{x}`, so
             that each head's output is a weighted mean of hidden states; needs :math:`H d` = ``channels``.
+        output_projection: project the heads' concatenated outputs back with :math:`W_O` (default).
+            ``False`` returns the concatenation itself, as the reference's k-MIP models do
+            (``head_agg: none``); needs :math:`H d` = ``channels``.
         attn_type: the registered kind (default: the subclass's own).
         **attn_kwargs: options of the kind's core.
     """
@@ -79,6 +82,7 @@ class ProjectedAttention(torch.nn.Module):
         qk_channels: int | None = None,
         qk_dim: int | None = None,
         value_projection: bool = True,
+        output_projection: bool = True,
         attn_type: str | None = None,
         **attn_kwargs,
     ):
@@ -112,16 +116,18 @@ class ProjectedAttention(torch.nn.Module):
             raise ValueError(f"qk_dim must be positive, got {qk_dim}")
         self.channels, self.qk_channels, self.heads, self.head_dim = channels, qk_channels, heads, head_dim
         self.qk_dim, self.value_projection = qk_dim, value_projection
+        self.output_projection = output_projection
         inner = heads * head_dim
-        if not value_projection and inner != channels:
-            raise ValueError(
-                "value_projection=False needs heads * head_dim == channels, "
-                f"got {heads} * {head_dim} != {channels}"
-            )
+        projections = (("value_projection", value_projection), ("output_projection", output_projection))
+        for name, projected in projections:
+            if not projected and inner != channels:
+                raise ValueError(
+                    f"{name}=False needs heads * head_dim == channels, got {heads} * {head_dim} != {channels}"
+                )
         self.lin_query = torch.nn.Linear(qk_channels, heads * qk_dim)
         self.lin_key = torch.nn.Linear(qk_channels, heads * qk_dim)
         self.lin_value = torch.nn.Linear(channels, inner) if value_projection else torch.nn.Identity()
-        self.lin_out = torch.nn.Linear(inner, channels)
+        self.lin_out = torch.nn.Linear(inner, channels) if output_projection else torch.nn.Identity()
         # A core's own sizes (random features, projections) are those of the queries and keys.
         self.core = self.kind.core_class(heads, qk_dim, dropout, **attn_kwargs)
         # A kind registered with a core that reads only `batch` (the interface before layouts) still works.
@@ -129,7 +135,7 @@ class ProjectedAttention(torch.nn.Module):
 
     def reset_parameters(self) -> None:
         for lin in (self.lin_query, self.lin_key, self.lin_value, self.lin_out):
-            if isinstance(lin, torch.nn.Linear):  # not the identity of value_projection=False
+            if isinstance(lin, torch.nn.Linear):  # not the identities of value_/output_projection=False
                 lin.reset_parameters()
         self.core.reset_parameters()
 
@@ -216,6 +222,7 @@ class ProjectedAttention(torch.nn.Module):
                 f"heads={self.heads}", f"head_dim={self.head_dim}",
                 f"qk_dim={self.qk_dim}" if self.qk_dim != self.head_dim else "",
                 "" if self.value_projection else "value_projection=False",
+                "" if self.output_projection else "output_projection=False",
                 self.core.extra_repr(),
             ])
         )

@@ -28,7 +28,8 @@ KIND_ARGUMENTS: dict[str, tuple[str, ...]] = {
 }
 # kmipgt's norm kinds as PyG normalisations; PyG's LayerNorm normalises whole graphs unless mode="node",
 # while GPS layers use a node-wise torch.nn.LayerNorm.
-_PYG_NORMS = {"layer": ("layer_norm", {"mode": "node"}), "batch": ("batch_norm", {})}
+_PYG_NORMS = {"layer": ("layer_norm", {"mode": "node"}), "batch": ("batch_norm", {}),
+              "graph": ("layer_norm", {"mode": "graph"})}
 
 
 class ResidualConv(torch.nn.Module):
@@ -137,6 +138,8 @@ class BaselineModel(_ReadoutModel):
         pooling: graph-level pooling, ``"mean"`` or ``"sum"``.
         head_layers: layers of the output MLP.
         coord_columns, num_frequencies, lappe_dim, rwse_dim: see :class:`~kmipgt.nn.encoders.NodeEncoder`.
+        node_categories: the number of categories of each node feature where they are category ids: embedded,
+            as :class:`~kmipgt.nn.GraphTransformer` does.
         options: more keyword arguments of the PyG model (e.g. ``{"heads": 4}`` for GAT, ``{"jk": "cat"}``,
             ``{"trans_num_layers": 1}`` for SGFormer, ``{"global_layers": 2}`` for Polynormer); they take
             precedence over what the arguments above map to.
@@ -147,7 +150,7 @@ class BaselineModel(_ReadoutModel):
         task: str = "node", dropout: float = 0.0, norm: str = "layer", activation: str = "gelu",
         residual: bool = False, pooling: str = "mean", head_layers: int = 2,
         coord_columns: list[int] | tuple[int, ...] = (), num_frequencies: int = 0, lappe_dim: int = 0,
-        rwse_dim: int = 0, options: dict[str, Any] | None = None,
+        rwse_dim: int = 0, node_categories: tuple[int, ...] = (), options: dict[str, Any] | None = None,
     ):
         if kind not in BASELINE_KINDS:
             raise ValueError(f"baseline kind must be one of {BASELINE_KINDS}, got {kind!r}")
@@ -166,7 +169,7 @@ class BaselineModel(_ReadoutModel):
         self.in_channels, self.channels, self.out_channels = in_channels, channels, out_channels
         self.num_layers = num_layers
         self.node_encoder = NodeEncoder(
-            in_channels, channels, coord_columns, num_frequencies, lappe_dim, rwse_dim
+            in_channels, channels, coord_columns, num_frequencies, lappe_dim, rwse_dim, node_categories
         )
         options = options or {}
         self.body = _build_body(kind, channels, num_layers, dropout, norm, activation, residual, options)
@@ -191,8 +194,12 @@ class BaselineModel(_ReadoutModel):
         """Node embeddings ``[N, channels]`` after the PyG model.
 
         ``edge_attr`` and ``layout`` are accepted for the signature of :class:`~kmipgt.nn.GraphTransformer`
-        and not used.
+        and not used; a padded batch (``layout.node_mask``) is a ValueError: PyG's norms would pool its
+        padding rows.
         """
+        if layout is not None and layout.node_mask is not None:
+            raise ValueError(f"the {self.kind!r} baseline takes no padded batch (node_mask): padding is for "
+                             "GPS models (model.kind: gps)")
         assert_node_pairs("edge_index", edge_index, x.shape[0])
         h = self.node_encoder(x, lappe=lappe, rwse=rwse)
         if self.kind == "mlp":

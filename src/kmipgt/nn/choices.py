@@ -15,7 +15,7 @@ __all__ = [
     "TASKS",
 ]
 
-NORM_KINDS = ("layer", "batch")
+NORM_KINDS = ("layer", "batch", "graph")
 ACTIVATIONS = ("gelu", "relu")
 # The keys of kmipgt.nn.gps_layer's NORM_PLACEMENTS and COMBINERS.
 NORM_POSITIONS = ("post", "pre")

@@ -103,9 +103,10 @@ class KMIPCore(AttentionCore):
 
     With ``keep_attention`` set, ``last_attention`` holds the selection the forward used (searched key
     indices, scores, softmax weights; ``return_selection`` of :func:`kmipgt.ops.kmip_attention`).
-    With ``backend="ivf"`` and a ``recall`` target, probing is calibrated on every forward and
-    ``last_recall`` holds the mean sampled recall it reached over the (graph, head) indexes (None before
-    the first such forward, or when every graph was small enough to be searched exactly).
+    With an approximate backend (``"ivf"``, ``"faiss"``) and no fixed ``nprobe``, probing is calibrated on
+    every forward to the ``recall`` target (default 0.95) and ``last_recall`` holds the mean sampled recall
+    it reached over the (graph, head) indexes (None before the first such forward, or when every graph was
+    searched exactly: graphs under 1,024 keys, or ``recall=1.0``).
     """
 
     keep_attention: bool = False
@@ -134,7 +135,8 @@ class KMIPCore(AttentionCore):
         self, query: Tensor, key: Tensor, value: Tensor, edge_index: Tensor | None = None,
         batch: Tensor | None = None, layout: RaggedLayout | None = None,
     ) -> Tensor:
-        calibration = ops.ProbeCalibration() if self.search.get("recall") is not None else None
+        calibrated = self.backend in ops.APPROXIMATE_BACKENDS and self.search.get("nprobe") is None
+        calibration = ops.ProbeCalibration() if calibrated else None
         where = _graphs(batch, layout)
         kept = None
         if self.training and self.key_dropout > 0:

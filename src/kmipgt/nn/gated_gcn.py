@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from kmipgt.nn.padding import masked_batch_norm
 from kmipgt.ops.gated_aggregate import gated_mean
 
 
@@ -28,13 +29,18 @@ class GatedGCNLayer(torch.nn.Module):
         channels: node and edge feature size.
         dropout: dropout on the updated node and edge features.
         residual: add the input to the output (nodes and edges).
+        node_residual: ``False`` drops the nodes' part of ``residual`` and keeps the edges' (the reference's
+            k-MIP models build their GatedGCN so).
     """
 
-    def __init__(self, channels: int, dropout: float = 0.0, residual: bool = True):
+    def __init__(
+        self, channels: int, dropout: float = 0.0, residual: bool = True, node_residual: bool = True
+    ):
         super().__init__()
         self.channels = channels
         self.dropout = dropout
         self.residual = residual
+        self.node_residual = node_residual
         self.lin_a, self.lin_b, self.lin_c, self.lin_d, self.lin_e = (
             torch.nn.Linear(channels, channels) for _ in range(5)
         )
@@ -54,13 +60,17 @@ class GatedGCNLayer(torch.nn.Module):
             module.reset_parameters()
 
     def forward(
-        self, x: Tensor | tuple[Tensor, Tensor], edge_index: Tensor, edge_attr: Tensor
+        self, x: Tensor | tuple[Tensor, Tensor], edge_index: Tensor, edge_attr: Tensor,
+        node_mask: Tensor | None = None, edge_mask: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """``x [N, C]``, ``edge_index [2, E]`` (source, target), ``edge_attr [E, C]`` -> (x', edge_attr').
 
         ``x`` may be a pair ``(x_src [N_src, C], x_dst [N_dst, C])``, as for PyG's bipartite convolutions:
         sources index ``x_src``, targets ``x_dst``, and only the ``N_dst`` targets are updated (so the node
         BatchNorm sees those rows alone, e.g. a graph partition's own nodes without its halo).
+
+        ``node_mask [N_dst]`` / ``edge_mask [E]`` (bool, True: real): in a padded batch, the rows whose
+        BatchNorm statistics count (:func:`~kmipgt.nn.padding.masked_batch_norm`); None: every row.
         """
         x_src, x_dst = x if isinstance(x, tuple) else (x, x)
         expected = (edge_index.size(1), self.channels)
@@ -70,11 +80,14 @@ class GatedGCNLayer(torch.nn.Module):
         # In place: the gate logits allocate one [E, C] tensor beside the gathered term, not four.
         edge_hat = self.lin_c(edge_attr).add_(self.lin_d(x_dst)[dst]).add_(self.lin_e(x_src)[src])
         x_hat = self.lin_a(x_dst) + gated_mean(edge_hat, self.lin_b(x_src), edge_index, x_dst.size(0))
-        x_hat = F.dropout(F.relu(self.norm_node(x_hat)), self.dropout, self.training)
-        edge_hat = F.dropout(F.relu(self.norm_edge(edge_hat)), self.dropout, self.training)
-        if self.residual:
-            return x_dst + x_hat, edge_attr + edge_hat
-        return x_hat, edge_hat
+        x_hat = F.dropout(F.relu(masked_batch_norm(self.norm_node, x_hat, node_mask)), self.dropout,
+                          self.training)
+        edge_hat = F.dropout(F.relu(masked_batch_norm(self.norm_edge, edge_hat, edge_mask)), self.dropout,
+                             self.training)
+        if not self.residual:
+            return x_hat, edge_hat
+        return x_dst + x_hat if self.node_residual else x_hat, edge_attr + edge_hat
 
     def __repr__(self) -> str:
-        return f"{self.__class__.__name__}({self.channels}, residual={self.residual})"
+        nodes = "" if self.node_residual else ", node_residual=False"
+        return f"{self.__class__.__name__}({self.channels}, residual={self.residual}{nodes})"

@@ -21,20 +21,37 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch_geometric.nn.norm import LayerNorm as GraphLayerNorm
 
 from kmipgt.nn.attention import build_global_attention
 from kmipgt.nn.choices import ACTIVATIONS, NORM_KINDS
 from kmipgt.nn.local_kinds import LOCAL_KINDS, NO_LOCAL, build_local_mpnn
+from kmipgt.nn.padding import masked_batch_norm
 from kmipgt.ops.ragged import RaggedLayout
 
 
 def build_norm(kind: str, channels: int) -> torch.nn.Module:
-    """Node-wise ``LayerNorm`` (``"layer"``) or ``BatchNorm1d`` (``"batch"``)."""
+    """Node-wise ``LayerNorm`` (``"layer"``), ``BatchNorm1d`` (``"batch"``) or PyG's per-graph
+    ``LayerNorm`` (``"graph"``: each graph normalised over all its nodes and channels, as the reference's
+    k-MIP models); apply it with :func:`normalise`."""
     if kind == "layer":
         return torch.nn.LayerNorm(channels)
     if kind == "batch":
         return torch.nn.BatchNorm1d(channels)
+    if kind == "graph":
+        return GraphLayerNorm(channels, mode="graph")
     raise ValueError(f"norm must be one of {NORM_KINDS}, got {kind!r}")
+
+
+def normalise(norm: torch.nn.Module, h: Tensor, batch: Tensor | None, layout: RaggedLayout | None) -> Tensor:
+    """``norm`` of :func:`build_norm` on ``h [N, C]``: a per-graph norm over each graph of ``batch`` (the
+    graph count from ``layout``, which PyG would read back from the device), the others node by node; a
+    BatchNorm's statistics are those of the real nodes of a padded batch (``layout.node_mask``)."""
+    if isinstance(norm, GraphLayerNorm):
+        return norm(h, batch, None if layout is None or batch is None else layout.num_graphs)
+    if isinstance(norm, torch.nn.BatchNorm1d) and layout is not None:
+        return masked_batch_norm(norm, h, layout.node_mask)
+    return norm(h)
 
 
 def _one_of(name: str, value: str, choices: dict) -> Any:
@@ -59,11 +76,14 @@ class PostNorm:
         """Post-norm takes every layer."""
 
     @staticmethod
-    def local(layer: GPSLayer, x: Tensor, edge_index: Tensor, edge_attr: Tensor) -> tuple[Tensor, Tensor]:
-        h, edge_attr = layer.local_update(x, edge_index, edge_attr)
-        if layer.branch_residual and not layer.local_spec.own_residual:
+    def local(
+        layer: GPSLayer, x: Tensor, edge_index: Tensor, edge_attr: Tensor, batch: Tensor | None,
+        layout: RaggedLayout | None,
+    ) -> tuple[Tensor, Tensor]:
+        h, edge_attr = layer.local_update(x, edge_index, edge_attr, layout)
+        if layer.branch_residual and layer.local_residual and not layer.local_spec.own_residual:
             h = x + h
-        return layer.norm_local(h), edge_attr
+        return normalise(layer.norm_local, h, batch, layout), edge_attr
 
     @staticmethod
     def attention(
@@ -73,13 +93,13 @@ class PostNorm:
         h = layer.gated(layer.attention_update(x, edge_index, batch, qk_x, layout))
         if residual:
             h = x + h
-        return h if layer.norm_attn is None else layer.norm_attn(h)
+        return h if layer.norm_attn is None else normalise(layer.norm_attn, h, batch, layout)
 
     @staticmethod
-    def finish(layer: GPSLayer, h: Tensor) -> Tensor:
+    def finish(layer: GPSLayer, h: Tensor, batch: Tensor | None, layout: RaggedLayout | None) -> Tensor:
         if not layer.ffn:
             return F.dropout(layer.act(h), layer.dropout, layer.training)
-        return layer.norm_ffn(h + layer.feed_forward(h))
+        return normalise(layer.norm_ffn, h + layer.feed_forward(h), batch, layout)
 
 
 class PreNorm:
@@ -101,15 +121,20 @@ class PreNorm:
 
     @staticmethod
     def check(layer: GPSLayer) -> None:
-        if not (layer.branch_residual and layer.ffn and layer.combiner is Parallel):
+        if not (layer.branch_residual and layer.local_residual and layer.ffn and layer.combiner is Parallel):
             raise ValueError(
-                "norm_position='pre' needs branch_residual=True, ffn=True and attention_order='parallel' "
-                "(a norm before a branch needs a residual stream to leave unnormalised)"
+                "norm_position='pre' needs branch_residual=True, ffn=True, attention_order='parallel' and "
+                "local_residual=True (a norm before a branch needs a residual stream to leave unnormalised)"
             )
 
     @staticmethod
-    def local(layer: GPSLayer, x: Tensor, edge_index: Tensor, edge_attr: Tensor) -> tuple[Tensor, Tensor]:
-        h, edges = layer.local_update(layer.norm_local(x), edge_index, edge_attr)
+    def local(
+        layer: GPSLayer, x: Tensor, edge_index: Tensor, edge_attr: Tensor, batch: Tensor | None,
+        layout: RaggedLayout | None,
+    ) -> tuple[Tensor, Tensor]:
+        h, edges = layer.local_update(
+            normalise(layer.norm_local, x, batch, layout), edge_index, edge_attr, layout
+        )
         if layer.local_spec.own_residual:  # built without its residual: edges is its update
             edges = edge_attr + edges
         return h, edges
@@ -119,11 +144,12 @@ class PreNorm:
         layer: GPSLayer, x: Tensor, edge_index: Tensor, batch: Tensor | None, qk_x: Tensor | None,
         residual: bool, layout: RaggedLayout | None,
     ) -> Tensor:
-        return layer.gated(layer.attention_update(layer.norm_attn(x), edge_index, batch, qk_x, layout))
+        normed = normalise(layer.norm_attn, x, batch, layout)
+        return layer.gated(layer.attention_update(normed, edge_index, batch, qk_x, layout))
 
     @staticmethod
-    def finish(layer: GPSLayer, h: Tensor) -> Tensor:
-        return h + layer.feed_forward(layer.norm_ffn(h))
+    def finish(layer: GPSLayer, h: Tensor, batch: Tensor | None, layout: RaggedLayout | None) -> Tensor:
+        return h + layer.feed_forward(normalise(layer.norm_ffn, h, batch, layout))
 
 
 class Parallel:
@@ -152,7 +178,7 @@ class Parallel:
         x = cls.first(layer, x, edge_index, batch, qk_x, layout)
         branches = []
         if layer.local is not None:
-            h_local, edge_attr = placement.local(layer, x, edge_index, edge_attr)
+            h_local, edge_attr = placement.local(layer, x, edge_index, edge_attr, batch, layout)
             branches.append(h_local)
         if layer.attention is not None and cls.beside:
             residual = layer.branch_residual and layer.attention_gate is None
@@ -214,7 +240,7 @@ class GPSLayer(torch.nn.Module):
         heads: attention heads.
         dropout: dropout after each branch and inside the FFN.
         attn_dropout: dropout on the attention weights.
-        norm: ``"layer"`` or ``"batch"``.
+        norm: ``"layer"``, ``"batch"`` or ``"graph"`` (:func:`build_norm`).
         activation: FFN activation (``"gelu"`` or ``"relu"``).
         attention_gate: the attention enters through a per-channel gate :math:`\boldsymbol{\alpha}`
             initialised at zero, :math:`\boldsymbol{\alpha} \odot \mathrm{Drop}(\mathrm{Attn}(\mathbf{h}))`,
@@ -222,6 +248,9 @@ class GPSLayer(torch.nn.Module):
             the MPNN-only layer. Needs both branches.
         branch_residual: add the layer input to each branch's output (else a GCN-style layer replaces
             each node by its aggregate).
+        local_residual: with ``branch_residual``, the local branch's own: ``False`` drops the residual on
+            the nodes of the local branch alone (a GatedGCN keeps its edges'), as the reference's k-MIP
+            models build their GatedGCN; the attention branch keeps its residual.
         ffn: end with the feed-forward block (else with the activation alone; with
             ``branch_residual=False`` and ``local="gcn"``: SGFormer's GCN layer beside an attention).
         head_dim: attention head size (default ``channels // heads``).
@@ -248,6 +277,7 @@ class GPSLayer(torch.nn.Module):
         activation: str = "gelu",
         attention_gate: bool = False,
         branch_residual: bool = True,
+        local_residual: bool = True,
         ffn: bool = True,
         head_dim: int | None = None,
         qk_channels: int | None = None,
@@ -267,11 +297,14 @@ class GPSLayer(torch.nn.Module):
         self.attention_order, self.norm_position = attention_order, norm_position
         self.dropout, self.attention_drop_path = dropout, attention_drop_path
         self.activation, self.branch_residual, self.ffn = activation, branch_residual, ffn
+        self.local_residual = local_residual
         self.placement.check(self)
         self.local_spec = None if local == NO_LOCAL else LOCAL_KINDS.lookup(local)
         # A pre-norm layer adds an own-residual MPNN's residual itself: the MPNN sees Norm(x), the stream x.
         residual = branch_residual and not self.placement.stream
-        self.local = build_local_mpnn(local, channels, dropout, residual=residual)
+        self.local = build_local_mpnn(
+            local, channels, dropout, residual=residual, node_residual=local_residual
+        )
         self.attention = build_global_attention(
             attention, channels, heads, head_dim=head_dim, dropout=attn_dropout, qk_channels=qk_channels,
             attn_kwargs=attn_kwargs,
@@ -302,10 +335,17 @@ class GPSLayer(torch.nn.Module):
         if self.attention_gate is not None:
             torch.nn.init.zeros_(self.attention_gate)
 
-    def local_update(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor) -> tuple[Tensor, Tensor]:
+    def local_update(
+        self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, layout: RaggedLayout | None = None
+    ) -> tuple[Tensor, Tensor]:
         """The local MPNN on ``x``: an own-residual kind's nodes and edges as it returns them, another
-        kind's nodes dropped out and the edges unchanged."""
+        kind's nodes dropped out and the edges unchanged. An own-residual kind (GatedGCN, whose BatchNorms
+        pool over rows) gets the real rows of a padded batch from ``layout``."""
         if self.local_spec.own_residual:
+            if layout is not None and (layout.node_mask is not None or layout.edge_mask is not None):
+                return self.local(
+                    x, edge_index, edge_attr, node_mask=layout.node_mask, edge_mask=layout.edge_mask
+                )
             return self.local(x, edge_index, edge_attr)
         args = (edge_attr,) if self.local_spec.supports_edge_attr else ()
         return self._branch_dropout(self.local(x, edge_index, *args)), edge_attr
@@ -353,7 +393,7 @@ class GPSLayer(torch.nn.Module):
                 f"edge_attr [E, {self.channels}] is required by the local MPNN {self.local_kind!r}"
             )
         h, edge_attr = self.combiner.combine(self, x, edge_index, batch, edge_attr, qk_x, layout)
-        return self.placement.finish(self, h), edge_attr
+        return self.placement.finish(self, h, batch, layout), edge_attr
 
     def __repr__(self) -> str:
         order = "" if self.attention_order == "parallel" else f", attention_order={self.attention_order!r}"

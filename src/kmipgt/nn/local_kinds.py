@@ -23,9 +23,10 @@ if TYPE_CHECKING:
 __all__ = ["LOCAL_KINDS", "NO_LOCAL", "LocalKind", "build_local_mpnn"]
 
 NO_LOCAL = NONE
-# ``build(channels, dropout, residual)``: the MPNN mapping ``channels`` to ``channels``; ``residual`` is
-# read only by kinds that carry their own residual.
-LocalBuilder = Callable[[int, float, bool], "torch.nn.Module"]
+# ``build(channels, dropout, residual, node_residual)``: the MPNN mapping ``channels`` to ``channels``;
+# ``residual`` (nodes and edges) and ``node_residual`` (False: the nodes' dropped) are read only by kinds
+# that carry their own residual.
+LocalBuilder = Callable[[int, float, bool, bool], "torch.nn.Module"]
 
 
 @dataclass(frozen=True)
@@ -55,23 +56,23 @@ LOCAL_KINDS: KindRegistry[LocalKind] = KindRegistry("local MPNN")
 
 
 def build_local_mpnn(
-    kind: str, channels: int, dropout: float = 0.0, residual: bool = True
+    kind: str, channels: int, dropout: float = 0.0, residual: bool = True, node_residual: bool = True
 ) -> torch.nn.Module | None:
     """The local MPNN of ``kind`` (``LOCAL_KINDS.names()``) on ``channels``, or ``None`` for ``"none"``.
-    ``residual`` is the own residual connection of a kind that carries one (GatedGCN); the GPS layer adds
-    the others'."""
+    ``residual`` is the own residual connection of a kind that carries one (GatedGCN), ``node_residual``
+    ``False`` drops its part on the nodes (the edges keep theirs); the GPS layer adds the others'."""
     if kind == NO_LOCAL:
         return None
-    return LOCAL_KINDS.lookup(kind).build(channels, dropout, residual)
+    return LOCAL_KINDS.lookup(kind).build(channels, dropout, residual, node_residual)
 
 
-def _gatedgcn(channels: int, dropout: float, residual: bool) -> torch.nn.Module:
+def _gatedgcn(channels: int, dropout: float, residual: bool, node_residual: bool) -> torch.nn.Module:
     from kmipgt.nn.gated_gcn import GatedGCNLayer
 
-    return GatedGCNLayer(channels, dropout=dropout, residual=residual)
+    return GatedGCNLayer(channels, dropout=dropout, residual=residual, node_residual=node_residual)
 
 
-def _gine(channels: int, dropout: float, residual: bool) -> torch.nn.Module:
+def _gine(channels: int, dropout: float, residual: bool, node_residual: bool) -> torch.nn.Module:
     import torch
     from torch_geometric.nn import GINEConv
 
@@ -81,22 +82,22 @@ def _gine(channels: int, dropout: float, residual: bool) -> torch.nn.Module:
     return GINEConv(mlp, edge_dim=channels)
 
 
-def _sage(channels: int, dropout: float, residual: bool) -> torch.nn.Module:
+def _sage(channels: int, dropout: float, residual: bool, node_residual: bool) -> torch.nn.Module:
     from torch_geometric.nn import SAGEConv
 
     return SAGEConv(channels, channels)
 
 
-def _gcn(channels: int, dropout: float, residual: bool) -> torch.nn.Module:
-    from torch_geometric.nn import GCNConv
+def _gcn(channels: int, dropout: float, residual: bool, node_residual: bool) -> torch.nn.Module:
+    from kmipgt.nn.self_loops import StaticLoopGCNConv
 
-    return GCNConv(channels, channels)
+    return StaticLoopGCNConv(channels, channels)
 
 
-def _gat(channels: int, dropout: float, residual: bool) -> torch.nn.Module:
-    from torch_geometric.nn import GATConv
+def _gat(channels: int, dropout: float, residual: bool, node_residual: bool) -> torch.nn.Module:
+    from kmipgt.nn.self_loops import StaticLoopGATConv
 
-    return GATConv(channels, channels, dropout=dropout)
+    return StaticLoopGATConv(channels, channels, dropout=dropout)
 
 
 for _kind in (
@@ -105,7 +106,8 @@ for _kind in (
     # PyG's GINEConv, keeping the edge features unchanged.
     LocalKind("gine", _gine, supports_edge_attr=True),
     LocalKind("sage", _sage),
-    # Symmetric normalisation with self-loops, which on a partition would need the halo nodes' degrees too.
+    # PyG's GCN and GAT, their self-loops added without a data-dependent edge count (so that inductor
+    # compiles them). GCN's symmetric normalisation on a partition would need the halo nodes' degrees too.
     LocalKind("gcn", _gcn, bipartite=False),
     # One head, its attention coefficients dropped out as PyG's GAT model builds it.
     LocalKind("gat", _gat),

@@ -14,7 +14,7 @@ from torch_geometric.nn import global_add_pool, global_mean_pool
 from kmipgt.nn.attention_kinds import ATTENTION_KINDS, NO_ATTENTION
 from kmipgt.nn.choices import ATTENTION_QK, POOLINGS, TASKS
 from kmipgt.nn.encoders import EdgeEncoder, NodeEncoder
-from kmipgt.nn.gps_layer import GPSLayer, build_norm
+from kmipgt.nn.gps_layer import GPSLayer, build_norm, normalise
 from kmipgt.nn.grf_core import share_walk_caches
 from kmipgt.nn.local_kinds import LOCAL_KINDS, NO_LOCAL
 from kmipgt.ops.ragged import RaggedLayout, batch_layout
@@ -158,7 +158,7 @@ class _ReadoutModel(torch.nn.Module):
     def forward(
         self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None, edge_attr: Tensor | None = None,
         lappe: Tensor | None = None, rwse: Tensor | None = None, edge_label_index: Tensor | None = None,
-        ptr: Tensor | None = None,
+        ptr: Tensor | None = None, node_mask: Tensor | None = None, edge_mask: Tensor | None = None,
     ) -> Tensor:
         """Predictions: ``[N, out]`` (node), ``[G, out]`` (graph) or ``[E', out]`` (edge).
 
@@ -166,8 +166,16 @@ class _ReadoutModel(torch.nn.Module):
         loader makes them: the attention and the pooling then read the batch's graphs without waiting for
         the device, and a compiled or exported model needs it for a ``batch`` of several graphs. Without it
         the graphs are read back from ``batch``.
+
+        ``node_mask [N]`` / ``edge_mask [E]`` (bool, True: real): a batch packed to a fixed size
+        (:mod:`kmipgt.train.padding`), its padding nodes in graphs of their own after the real ones; the
+        BatchNorms then take their statistics over the real rows, so the real graphs' predictions (and
+        the gradients through them) are those of the unpadded batch. The padding graphs' rows of the
+        output are not to be read.
         """
-        layout = batch_layout(x.shape[0], x.device, ptr=ptr, batch=batch)
+        layout = batch_layout(
+            x.shape[0], x.device, ptr=ptr, batch=batch, node_mask=node_mask, edge_mask=edge_mask
+        )
         h = self.embed(x, edge_index, batch, edge_attr=edge_attr, lappe=lappe, rwse=rwse, layout=layout)
         return self.head(readout(h, self.task, self.pooling, batch, edge_label_index, layout))
 
@@ -193,7 +201,12 @@ class GraphTransformer(_ReadoutModel):
         dropout: dropout in layers and head.
         pooling: graph-level pooling, ``"mean"`` or ``"sum"``.
         head_layers: layers of the output MLP.
-        coord_columns, num_frequencies, lappe_dim, rwse_dim: see :class:`~kmipgt.nn.encoders.NodeEncoder`.
+        coord_columns, num_frequencies, lappe_dim, rwse_dim, pe_channels, rwse_norm: see
+            :class:`~kmipgt.nn.encoders.NodeEncoder`.
+        node_categories, edge_categories: the number of categories of each node / edge feature where the
+            features are category ids (the data's description,
+            :class:`~kmipgt.data.registry.CategoricalFeatures`): they are embedded
+            (:class:`~kmipgt.nn.encoders.CategoricalEncoder`) instead of mapped linearly.
         attention_qk: what the attention's queries and keys are projected from: ``"hidden"`` (the layer
             input, as in GraphGPS) or ``"encoding"`` (the positional encodings of
             :meth:`~kmipgt.nn.encoders.NodeEncoder.encodings`: Fourier features of the coordinates,
@@ -232,6 +245,10 @@ class GraphTransformer(_ReadoutModel):
         num_frequencies: int = 0,
         lappe_dim: int = 0,
         rwse_dim: int = 0,
+        pe_channels: int = 0,
+        rwse_norm: bool = False,
+        node_categories: tuple[int, ...] = (),
+        edge_categories: tuple[int, ...] = (),
         attention_qk: str = "hidden",
         attention_layers: list[int] | tuple[int, ...] | None = None,
         checkpoint: bool = False,
@@ -245,7 +262,8 @@ class GraphTransformer(_ReadoutModel):
         self.attention_qk = attention_qk
         self.checkpoint = checkpoint
         self.node_encoder = NodeEncoder(
-            in_channels, channels, coord_columns, num_frequencies, lappe_dim, rwse_dim
+            in_channels, channels, coord_columns, num_frequencies, lappe_dim, rwse_dim, node_categories,
+            pe_channels, rwse_norm,
         )
         qk_channels = {
             "hidden": None,
@@ -266,7 +284,7 @@ class GraphTransformer(_ReadoutModel):
                 f"attention kind {layer['attention']!r} takes no qk_x: set attention_qk='hidden'"
             )
         edges = layer["local"] != NO_LOCAL and LOCAL_KINDS.lookup(layer["local"]).supports_edge_attr
-        self.edge_encoder = EdgeEncoder(edge_channels, channels) if edges else None
+        self.edge_encoder = EdgeEncoder(edge_channels, channels, edge_categories) if edges else None
         self.layers = torch.nn.ModuleList(
             GPSLayer(**(layer if i in with_attention else {**layer, **_WITHOUT_ATTENTION}))
             for i in range(num_layers)
@@ -306,7 +324,8 @@ class GraphTransformer(_ReadoutModel):
         every layer.
         """
         assert_node_pairs("edge_index", edge_index, num_source_nodes or x.shape[0])
-        h = self.node_encoder(x, lappe=lappe, rwse=rwse)
+        node_mask = None if layout is None else layout.node_mask
+        h = self.node_encoder(x, lappe=lappe, rwse=rwse, node_mask=node_mask)
         e = self.edge_encoder(edge_attr, edge_index.size(1)) if self.edge_encoder is not None else None
         qk = None
         if self.attention_qk != "hidden":
@@ -320,4 +339,4 @@ class GraphTransformer(_ReadoutModel):
                 )
             else:
                 h, e = layer(h, edge_index, batch=batch, edge_attr=e, qk_x=qk, layout=layout)
-        return h if self.norm_out is None else self.norm_out(h)
+        return h if self.norm_out is None else normalise(self.norm_out, h, batch, layout)

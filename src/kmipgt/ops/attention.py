@@ -156,8 +156,10 @@ def kmip_attention(
             fused kernel for search, softmax and sum (:mod:`kmipgt.ops.small_graphs`), with the same
             selection.
         nlist, nprobe: inverted-file options of the approximate backends.
-        recall, calibration: ``"ivf"`` with probing calibrated per call to a recall@k target, and the
-            record of what it chose and reached, as in :func:`kmipgt.ops.topk_inner_product`.
+        recall, calibration: ``"ivf"``/``"faiss"``: the recall@k target probing is calibrated to per call
+            (default 0.95 unless ``nprobe`` is given; ``1.0``: the exact search), and the record of what it
+            chose and reached, as in :func:`kmipgt.ops.topk_inner_product`. Inside a compiled graph the
+            search runs in the operator and ``calibration`` is left empty.
         check_finite: raise ValueError naming the tensor and its first bad row when query, key or value
             holds a NaN or inf (default; one reduction per tensor, which waits for a CUDA device). With
             False, non-finite inputs give unspecified results that differ between backends.

@@ -13,7 +13,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["gated_mean"]
+__all__ = ["GATE_EPS", "gated_mean"]
+
+# Added to each node's gate sum, as GraphGPS's GatedGCN does. A constant of the operator, not an argument:
+# TorchDynamo traces a float argument as a symbolic input, which an activation-checkpointed region cannot
+# take (tracing fails).
+GATE_EPS = 1e-6
 
 # Edge rows per chunk are chosen so that one chunk's [rows, C] temporaries stay near this many elements.
 _CHUNK_ELEMENTS = 1 << 20
@@ -27,9 +32,10 @@ def _chunks(num_edges: int, channels: int):
 
 @torch.library.custom_op("kmipgt::gated_mean", mutates_args=())
 def _gated_mean_op(
-    logits: Tensor, messages: Tensor, src: Tensor, dst: Tensor, num_targets: int, eps: float
+    logits: Tensor, messages: Tensor, src: Tensor, dst: Tensor, num_targets: int
 ) -> tuple[Tensor, Tensor]:
-    """The gated mean ``[num_targets, C]`` and the gate sums plus ``eps`` it divided by (for the backward)."""
+    """The gated mean ``[num_targets, C]`` and the gate sums plus :data:`GATE_EPS` it divided by (for the
+    backward)."""
     dtype = torch.promote_types(logits.dtype, messages.dtype)
     num = torch.zeros((num_targets, messages.shape[1]), dtype=dtype, device=messages.device)
     den = torch.zeros_like(num)
@@ -37,12 +43,12 @@ def _gated_mean_op(
         gate = torch.sigmoid(logits[rows]).to(dtype)
         den.index_add_(0, dst[rows], gate)
         num.index_add_(0, dst[rows], gate.mul_(messages[src[rows]]))
-    den += eps
+    den += GATE_EPS
     return num.div_(den), den
 
 
 @_gated_mean_op.register_fake
-def _(logits, messages, src, dst, num_targets, eps):
+def _(logits, messages, src, dst, num_targets):
     dtype = torch.promote_types(logits.dtype, messages.dtype)
     out = messages.new_empty((num_targets, messages.shape[1]), dtype=dtype)
     return out, torch.empty_like(out)
@@ -73,23 +79,24 @@ def _(grad_out, logits, messages, src, dst, den, out):
 
 
 def _save_gated_mean(ctx, inputs, output) -> None:
-    logits, messages, src, dst, _, _ = inputs
+    logits, messages, src, dst, _ = inputs
     out, den = output
     ctx.save_for_backward(logits, messages, src, dst, den, out)
 
 
 def _gated_mean_grads(ctx, grad_out, _grad_den):
     grads = torch.ops.kmipgt.gated_mean_backward(grad_out, *ctx.saved_tensors)
-    return (*grads, None, None, None, None)
+    return (*grads, None, None, None)
 
 
 _gated_mean_op.register_autograd(_gated_mean_grads, setup_context=_save_gated_mean)
 
 
 def gated_mean(
-    logits: Tensor, messages: Tensor, edge_index: Tensor, num_targets: int | None = None, eps: float = 1e-6
+    logits: Tensor, messages: Tensor, edge_index: Tensor, num_targets: int | None = None
 ) -> Tensor:
-    r"""``out_i = Σ_{j→i} σ(s_ji) ⊙ m_j / (Σ_{j→i} σ(s_ji) + eps)``, GatedGCN's aggregation.
+    r"""``out_i = Σ_{j→i} σ(s_ji) ⊙ m_j / (Σ_{j→i} σ(s_ji) + ε)``, GatedGCN's aggregation, with
+    ``ε`` :data:`GATE_EPS` (a node without incoming edges gets 0).
 
     Args:
         logits: ``[E, C]`` gate logits :math:`s` per edge of ``edge_index``.
@@ -97,7 +104,6 @@ def gated_mean(
         edge_index: ``[2, E]`` (source, target), any integer dtype.
         num_targets: rows of the output ``N_dst`` (default ``N``): fewer where the targets are the first
             ``N_dst`` of the sources, as on a graph partition whose sources are its own nodes then a halo.
-        eps: added to the gate sums (a node without incoming edges gets 0).
 
     Returns:
         ``[N_dst, C]`` in the promoted dtype of ``logits`` and ``messages``. Gradients reach both; memory
@@ -105,4 +111,4 @@ def gated_mean(
     """
     src, dst = edge_index
     rows = messages.shape[0] if num_targets is None else num_targets
-    return torch.ops.kmipgt.gated_mean(logits, messages, src, dst, rows, float(eps))[0]
+    return torch.ops.kmipgt.gated_mean(logits, messages, src, dst, rows)[0]

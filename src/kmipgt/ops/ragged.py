@@ -179,10 +179,14 @@ class RaggedLayout:
         ptr: ``[G + 1]`` CPU int64 offsets (:meth:`from_ptr` validates them).
         device: where the batch lives (default: ``device_ptr``'s device, else the CPU).
         device_ptr: the same offsets on ``device`` where the caller has them (else copied at first use).
+        node_mask, edge_mask: in a batch packed to a fixed size, ``[N]`` and ``[E]`` bool on the device, True
+            for the real nodes and edges (the padding rows come after them, in graphs of their own); the
+            norms that pool over rows (BatchNorm) read them. None: every row is real.
     """
 
     def __init__(
-        self, ptr: Tensor, device: torch.device | str | None = None, *, device_ptr: Tensor | None = None
+        self, ptr: Tensor, device: torch.device | str | None = None, *, device_ptr: Tensor | None = None,
+        node_mask: Tensor | None = None, edge_mask: Tensor | None = None,
     ):
         if ptr.device.type != "cpu" or ptr.dtype != torch.long or ptr.dim() != 1 or ptr.shape[0] == 0:
             raise ValueError(
@@ -194,6 +198,7 @@ class RaggedLayout:
         self.ptr = ptr
         self.device = torch.device(device)
         self.num_graphs = ptr.shape[0] - 1
+        self.node_mask, self.edge_mask = node_mask, edge_mask
         self._derived: dict[str, object] = {}
         if device_ptr is not None:
             if device_ptr.shape != ptr.shape or not same_device(device_ptr.device, self.device):
@@ -276,7 +281,8 @@ def same_device(a: torch.device, b: torch.device) -> bool:
 
 
 def batch_layout(
-    num_nodes: int, device: torch.device, *, ptr: Tensor | None = None, batch: Tensor | None = None
+    num_nodes: int, device: torch.device, *, ptr: Tensor | None = None, batch: Tensor | None = None,
+    node_mask: Tensor | None = None, edge_mask: Tensor | None = None,
 ) -> RaggedLayout | None:
     """The layout a model's forward passes to its layers: from ``ptr``, else ``batch``; None for one graph.
 
@@ -284,7 +290,18 @@ def batch_layout(
     a device ``ptr`` is read back to the host once, and ``batch`` (sorted graph ids) once more. Offsets are
     validated unless the model is being compiled or exported, which passes ``ptr`` as it passes every
     shape (a sorted ``batch`` alone would have to be read back there).
+
+    ``node_mask``/``edge_mask``: the real rows of a batch packed to a fixed size (:class:`RaggedLayout`);
+    they need ``ptr``, whose graphs keep the padding nodes apart.
     """
+    masks = {"node_mask": node_mask, "edge_mask": edge_mask}
+    if ptr is None and (node_mask is not None or edge_mask is not None):
+        raise ValueError("`node_mask`/`edge_mask` (a padded batch) need `ptr`, the graphs that keep the "
+                         "padding nodes apart")
+    if node_mask is not None and node_mask.shape != (num_nodes,):
+        raise ValueError(
+            f"`node_mask` must have one entry per node ({num_nodes}), got {tuple(node_mask.shape)}"
+        )
     if ptr is None and batch is None:
         return None
     if torch.compiler.is_compiling():
@@ -294,9 +311,9 @@ def batch_layout(
                 "beside `batch`"
             )
         if ptr.device.type == "cpu":
-            return RaggedLayout(ptr.long(), device)
-        return RaggedLayout(ptr.long().cpu(), device, device_ptr=ptr.long())
+            return RaggedLayout(ptr.long(), device, **masks)
+        return RaggedLayout(ptr.long().cpu(), device, device_ptr=ptr.long(), **masks)
     # Given `ptr`, `batch` is not compared with it: that would read `batch` back from the device.
     host = graph_ptr(num_nodes, ptr=ptr) if ptr is not None else graph_ptr(num_nodes, batch=batch)
     on_device = ptr is not None and ptr.device.type != "cpu" and same_device(ptr.device, device)
-    return RaggedLayout(host, device, device_ptr=ptr.long() if on_device else None)
+    return RaggedLayout(host, device, device_ptr=ptr.long() if on_device else None, **masks)

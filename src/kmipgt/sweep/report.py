@@ -31,14 +31,17 @@ def _group_label(entry: dict[str, Any], group_keys: list[str]) -> str:
 
 def summary_markdown(
     sweep: Sweep, summary: list[dict[str, Any]], metric: str, command: str,
-    paired: Sequence[dict[str, Any]] = (),
+    paired: Sequence[dict[str, Any]] = (), unfinished: Sequence[dict[str, Any]] = (),
 ) -> str:
-    """``summary.md``: a table of mean ± sample std (ddof=1) over the finished cells of each group, and the
-    ``paired`` differences (:func:`~kmipgt.sweep.stats.paired_differences`) when there are any."""
+    """``summary.md``: a table of mean ± sample std (ddof=1) over the finished cells of each group (with the
+    epochs each of its cells has done), the
+    ``paired`` differences (:func:`~kmipgt.sweep.stats.paired_differences`) when there are any, and the
+    ``unfinished`` cells' rows (stopped by a time limit), each with the epoch it reached."""
     group_keys = sweep.group_keys()
     replicates = _replicates_text(sweep.axes())
     over = f" (over {replicates})" if replicates else ""
-    header = [*group_keys, "n", f"val {metric}", f"test {metric}", "s/epoch", "peak memory (MiB)", "failed"]
+    header = [*group_keys, "n", f"val {metric}", f"test {metric}", "epochs done", "s/epoch",
+              "peak memory (MiB)", "failed", "unfinished"]
     lines = [
         f"# Sweep {sweep.path.name}",
         "",
@@ -52,10 +55,14 @@ def summary_markdown(
     ]
     for entry in summary:
         cells = [*(str(entry[key]) for key in group_keys), str(entry["n"]), _mean_std(entry, "val", 4),
-                 _mean_std(entry, "test", 4), _mean_std(entry, "seconds_per_epoch", 2),
-                 _mean_std(entry, "peak_memory_mb", 0), str(entry["failed"])]
+                 _mean_std(entry, "test", 4), entry["epochs"], _mean_std(entry, "seconds_per_epoch", 2),
+                 _mean_std(entry, "peak_memory_mb", 0), str(entry["failed"]), str(entry["unfinished"])]
         lines.append("| " + " | ".join(cells) + " |")
     lines += _paired_markdown(paired, group_keys, metric, replicates)
+    if unfinished:
+        lines += ["", "Unfinished (stopped by the time limit at an epoch boundary; the same command resumes "
+                  "them):", ""]
+        lines += [f"- `{row['cell']}`: epoch {row['epochs']}" for row in unfinished]
     lines += ["", "Command:", "", "```", command, "```", ""]
     return "\n".join(lines)
 
@@ -157,6 +164,8 @@ def write_reports(sweep: Sweep, rows: list[dict[str, Any]], command: str) -> lis
     if paired:
         write_csv(sweep.out / "paired.csv", paired)
     metric = next((row["metric"] for row in rows if row["metric"]), "metric")
-    atomic_write_text(sweep.out / "summary.md", summary_markdown(sweep, summary, metric, command, paired))
+    unfinished = [row for row in rows if row["status"] == "unfinished"]
+    markdown = summary_markdown(sweep, summary, metric, command, paired, unfinished)
+    atomic_write_text(sweep.out / "summary.md", markdown)
     plot_summary(sweep.out / "summary.png", summary, sweep.group_keys(), metric)
     return summary

@@ -21,8 +21,9 @@ def _mean_and_std(numbers: list[float]) -> tuple[float, float]:
 
 def summarize(rows: list[dict[str, Any]], grid_keys: list[str]) -> list[dict[str, Any]]:
     """Per group of cells sharing every grid value but the replicate axes (``seed``, ``data.split_seed``):
-    n (finished cells), failed, mean and sample standard deviation (ddof=1; NaN below two cells) of
-    :data:`SUMMARY_STATISTICS`."""
+    n (finished cells), failed, unfinished (stopped by a time limit), the epochs each cell has done
+    (``250/250/87`` in grid order, ``—`` where a row has none: a failed cell), mean and sample standard
+    deviation (ddof=1; NaN below two cells) of :data:`SUMMARY_STATISTICS` over the finished cells."""
     group_keys = condition_axes(grid_keys)
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
@@ -31,7 +32,9 @@ def summarize(rows: list[dict[str, Any]], grid_keys: list[str]) -> list[dict[str
     for values, members in groups.items():
         finished = [row for row in members if row["status"] == "ok"]
         entry: dict[str, Any] = dict(zip(group_keys, values, strict=True))
-        entry.update(n=len(finished), failed=len(members) - len(finished))
+        entry.update(n=len(finished), failed=sum(row["status"] == "failed" for row in members),
+                     unfinished=sum(row["status"] == "unfinished" for row in members),
+                     epochs="/".join(str(row.get("epochs", "")) or "—" for row in members))
         for name in SUMMARY_STATISTICS:
             numbers = [float(row[name]) for row in finished]
             entry[f"{name}_mean"], entry[f"{name}_std"] = _mean_and_std(numbers)

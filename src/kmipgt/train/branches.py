@@ -56,7 +56,8 @@ class BranchMonitor:
                     # An own-residual MPNN returns (x', e') and is built with its residual where the layer
                     # has residuals and does not add them itself (post-norm).
                     own = branch == "local" and layer.local_spec.own_residual
-                    adds_input = own and layer.branch_residual and not layer.placement.stream
+                    residual = layer.branch_residual and layer.local_residual
+                    adds_input = own and residual and not layer.placement.stream
                     hook = self._output_hook(index, branch, own, adds_input)
                     self._handles.append(module.register_forward_hook(hook))
 

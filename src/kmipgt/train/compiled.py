@@ -50,16 +50,21 @@ class CompiledModel(torch.nn.Module):
     say) would be traced as one symbol and compiled again once they differ: TorchDynamo's duck shaping is
     off while the model is called.
 
+    With ``dynamic=False`` (``data.pad_to``: every batch packed to one size) the graphs are compiled for
+    that one shape instead, with no symbolic size (another shape would compile again, and TorchDynamo's
+    automatic dynamic shapes stay off).
+
     Args:
         model: a kmipgt model (its forward takes ``ptr``, as every kmipgt model's does).
         backend: the ``torch.compile`` backend (default: inductor).
+        dynamic: symbolic batch sizes (default), or the static shapes of padded batches.
     """
 
-    def __init__(self, model: torch.nn.Module, backend: str = "inductor"):
+    def __init__(self, model: torch.nn.Module, backend: str = "inductor", dynamic: bool = True):
         super().__init__()
         if backend == "inductor" and all(p.device.type == "cpu" for p in model.parameters()):
             _aten_batch_norm()
-        self.compiled = torch.compile(model, dynamic=True, fullgraph=_traceable(model), backend=backend)
+        self.compiled = torch.compile(model, dynamic=dynamic, fullgraph=_traceable(model), backend=backend)
         self._graphs_before = counters["stats"]["unique_graphs"]
 
     @property

@@ -33,6 +33,11 @@ class DataConfig:
     mini-batch from it there (:class:`kmipgt.train.resident.ResidentGraphs`) instead of collating each on
     the host and copying it: the same batches in the same order, for the memory of the whole dataset on
     the device.
+    ``pad_to`` (graph level, GPS models): ``{nodes: N, edges: E, graphs: G}`` packs every mini-batch to
+    exactly these sizes, with padding nodes in graphs of their own that change no loss, gradient, metric
+    or norm statistic (:mod:`kmipgt.train.padding`), so that a compiled model sees one shape; every batch
+    must leave room for one padding node and one padding graph (checked before training). Empty
+    (default): off.
     """
 
     name: str = "minnesota"
@@ -46,6 +51,7 @@ class DataConfig:
     virtual_node: bool = False
     split_seed: int | None = None
     on_device: bool = False
+    pad_to: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -107,6 +113,8 @@ class ModelConfig:
     head_layers: int = 2
     coord_columns: list[int] = field(default_factory=list)
     num_frequencies: int = 0
+    pe_channels: int = 0
+    rwse_norm: bool = False
     attention_options: dict[str, Any] = field(default_factory=dict)
     attention_qk: str = "hidden"
     attention_gate: bool = False
@@ -115,6 +123,7 @@ class ModelConfig:
     attention_order: str = "parallel"
     norm_position: str = "post"
     branch_residual: bool = True
+    local_residual: bool = True
     ffn: bool = True
     checkpoint: bool = False
     residual: bool = False

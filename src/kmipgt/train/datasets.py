@@ -12,8 +12,16 @@ from torch_geometric.data import Data
 from torch_geometric.transforms import RandomLinkSplit
 from torch_geometric.utils import is_undirected
 
-from kmipgt.data import LaplacianPE, RandomWalkSE, add_virtual_node, get_dataset, redraw_split_masks
-from kmipgt.data.graph_checks import class_count
+from kmipgt.data import (
+    LaplacianPE,
+    RandomWalkSE,
+    add_virtual_node,
+    get_dataset,
+    list_datasets,
+    redraw_split_masks,
+)
+from kmipgt.data.graph_checks import check_category_ids, class_count
+from kmipgt.data.registry import NUMERIC_FEATURES, CategoricalFeatures
 from kmipgt.data.streamed import StreamedGraphs
 from kmipgt.train.config import Config
 
@@ -31,6 +39,11 @@ class PreparedData:
 
     ``level="edge"``: each split holds one graph whose ``edge_index`` is the message-passing graph and whose
     ``edge_label_index``/``edge_label`` are the pairs to score (positives 1, sampled non-edges 0).
+
+    ``node_categories`` / ``edge_categories``: where the dataset says its features are category ids
+    (:class:`~kmipgt.data.registry.CategoricalFeatures`), the number of categories of each column of ``x``
+    / ``edge_attr`` (integer ids, checked to lie in range, never z-scored), as a model's embedding tables
+    are sized; empty where the features are numbers.
     """
 
     level: str
@@ -40,6 +53,8 @@ class PreparedData:
     edge_channels: int
     out_channels: int
     name: str
+    node_categories: tuple[int, ...] = ()
+    edge_categories: tuple[int, ...] = ()
 
 
 def load_raw(config: Config):
@@ -60,10 +75,11 @@ def node_coords(graph: Data, coord_columns: list[int] | tuple[int, ...]) -> torc
     return coords
 
 
-def _edge_features(graph: Data) -> torch.Tensor | None:
-    """Edge features as ``[E, F]``: ``edge_attr`` if present, else log road length (lengths span decades)."""
+def _edge_features(graph: Data, categorical: bool = False) -> torch.Tensor | None:
+    """Edge features as ``[E, F]``: ``edge_attr`` if present (category ids as they are, else as floats), else
+    log road length (lengths span decades)."""
     if getattr(graph, "edge_attr", None) is not None:
-        attr = graph.edge_attr.float()
+        attr = graph.edge_attr if categorical else graph.edge_attr.float()
         return attr.unsqueeze(-1) if attr.dim() == 1 else attr
     if getattr(graph, "edge_length", None) is not None:
         return torch.log1p(graph.edge_length.float().clamp_min(0)).unsqueeze(-1)
@@ -79,6 +95,16 @@ def _add_encodings(graph: Data, config: Config) -> Data:
     return graph
 
 
+def _check_categories(splits: dict[str, list[Data]], categories: CategoricalFeatures, name: str) -> None:
+    """ValueError unless every categorical column holds ids its embedding table has (before a model indexes
+    a table by them), naming the dataset, the split and the column."""
+    for split, graphs in splits.items():
+        for key, sizes in (("x", categories.node), ("edge_attr", categories.edge)):
+            if sizes:
+                ids = torch.cat([g[key] for g in graphs])
+                check_category_ids(ids, sizes, f"dataset {name!r}, {split}: {key}")
+
+
 def _standardise(graphs: list[Data], reference: list[Data], key: str) -> None:
     """Z-score ``graph[key]`` columns in place with mean/std taken over the ``reference`` graphs."""
     stacked = torch.cat([g[key] for g in reference])
@@ -87,11 +113,13 @@ def _standardise(graphs: list[Data], reference: list[Data], key: str) -> None:
         graph[key] = (graph[key] - mean) / std
 
 
-def _prepare_graph(graph: Data, config: Config, encodings: bool = True) -> Data:
+def _prepare_graph(
+    graph: Data, config: Config, encodings: bool = True, categories: CategoricalFeatures = NUMERIC_FEATURES
+) -> Data:
     if getattr(graph, "x", None) is None:
         raise ValueError(f"dataset {config.data.name!r} has graphs without node features x")
-    out = Data(x=graph.x.float(), edge_index=graph.edge_index, y=graph.y)
-    edge_attr = _edge_features(graph)
+    out = Data(x=graph.x if categories.node else graph.x.float(), edge_index=graph.edge_index, y=graph.y)
+    edge_attr = _edge_features(graph, bool(categories.edge))
     if edge_attr is not None:
         out.edge_attr = edge_attr
     # pos: node coordinates, kept for pictures (explain plots); the model reads coordinates from x.
@@ -189,9 +217,13 @@ def _streamed_level(
     return splits, splits["train"][0], torch.stack(label_max)
 
 
-def _standardise_features(graphs: list[Data], reference: list[Data]) -> None:
-    _standardise(graphs, reference, "x")
-    if graphs[0].edge_attr is not None:
+def _standardise_features(
+    graphs: list[Data], reference: list[Data], categories: CategoricalFeatures = NUMERIC_FEATURES
+) -> None:
+    """Z-score the numeric node and edge features (category ids stay ids)."""
+    if not categories.node:
+        _standardise(graphs, reference, "x")
+    if graphs[0].edge_attr is not None and not categories.edge:
         _standardise(graphs, reference, "edge_attr")
 
 
@@ -234,18 +266,34 @@ def _node_level(raw, config: Config) -> tuple[Data, Data, torch.Tensor]:
     return graph, graph, graph.y
 
 
-def _graph_level(raw, config: Config) -> tuple[dict[str, Sequence[Data]], Data, torch.Tensor]:
+def _graph_level(
+    raw, config: Config, categories: CategoricalFeatures = NUMERIC_FEATURES
+) -> tuple[dict[str, Sequence[Data]], Data, torch.Tensor]:
     streamed = [isinstance(raw.get(s), StreamedGraphs) for s in SPLITS] if isinstance(raw, dict) else []
     if any(streamed):
         if not all(streamed):
             raise ValueError(f"dataset {config.data.name!r} streams some splits only; stream all or none")
+        if categories != NUMERIC_FEATURES:
+            raise ValueError(f"dataset {config.data.name!r} streams its splits: its features must be numbers")
         return _streamed_level(raw, config)
-    splits = {s: [_prepare_graph(g, config) for g in graphs] for s, graphs in _as_split_lists(raw).items()}
+    splits = {
+        s: [_prepare_graph(g, config, categories=categories) for g in graphs]
+        for s, graphs in _as_split_lists(raw).items()
+    }
+    _check_categories(splits, categories, config.data.name)
     if config.data.normalize_features:
-        _standardise_features([g for s in SPLITS for g in splits[s]], splits["train"])
+        _standardise_features([g for s in SPLITS for g in splits[s]], splits["train"], categories)
     if config.data.virtual_node:
         splits = {s: [add_virtual_node(g) for g in graphs] for s, graphs in splits.items()}
     return splits, splits["train"][0], torch.cat([g.y for g in splits["train"]])
+
+
+def _with_virtual_node(categories: CategoricalFeatures) -> CategoricalFeatures:
+    """The categories of graphs with :func:`~kmipgt.data.add_virtual_node`'s marker columns (ids 0 and 1):
+    one on the nodes, two (into, out of the virtual node) on the edges."""
+    return CategoricalFeatures(
+        (*categories.node, 2) if categories.node else (), (*categories.edge, 2, 2) if categories.edge else ()
+    )
 
 
 def _inductive_node_level(raw, config: Config) -> tuple[dict[str, Sequence[Data]], Data, torch.Tensor]:
@@ -272,16 +320,38 @@ def _edge_level(raw, config: Config) -> tuple[dict[str, list[Data]], Data, torch
     return splits, splits["train"][0], splits["train"][0].edge_label
 
 
+def _feature_categories(config: Config) -> CategoricalFeatures:
+    """Which features of ``config.data``'s dataset are category ids, as its registry entry says (numbers
+    for data a caller hands in under a name of its own)."""
+    if config.data.name not in list_datasets():
+        return NUMERIC_FEATURES
+    return get_dataset(config.data.name).categorical_features(**config.data.options)
+
+
+def model_categories(config: Config) -> CategoricalFeatures:
+    """Which input features of ``config``'s model are category ids: its dataset's, and at graph level with
+    ``data.virtual_node`` the marker columns the virtual node adds. Known from the config alone, so that a
+    model can be built for saved weights without reading the data."""
+    categories = _feature_categories(config)
+    if config.task.level == "graph" and config.data.virtual_node:
+        return _with_virtual_node(categories)
+    return categories
+
+
 def prepare_set_graph(graph: Data, config: Config, training: Sequence[Data] | None = None) -> Data:
     """One more graph of ``config``'s set of graphs, prepared as :func:`prepare_data` prepares the set's:
     features, encodings, features z-scored with the statistics of ``training`` (the set's raw training
-    graphs, needed only with ``data.normalize_features``), a virtual node where the config adds them."""
-    prepared = _prepare_graph(graph, config)
+    graphs, needed only with ``data.normalize_features``), a virtual node where the config adds them.
+    Category ids stay ids and are checked against the dataset's tables, as the set's are."""
+    categories = _feature_categories(config)
+    prepared = _prepare_graph(graph, config, categories=categories)
+    _check_categories({"graph": [prepared]}, categories, config.data.name)
     if config.data.normalize_features:
         if training is None:
             raise ValueError("data.normalize_features: the graph is z-scored with the statistics of the "
                              "training graphs, so pass them (training=...)")
-        _standardise_features([prepared], [_prepare_graph(g, config, encodings=False) for g in training])
+        reference = [_prepare_graph(g, config, encodings=False, categories=categories) for g in training]
+        _standardise_features([prepared], reference, categories)
     return add_virtual_node(prepared) if config.data.virtual_node else prepared
 
 
@@ -289,7 +359,8 @@ def prepare_data(config: Config, raw: Any = None) -> PreparedData:
     """Load and prepare the dataset named in ``config.data`` for ``config.task.level``.
 
     ``raw``: a dataset as its loader returns it (one graph, or graph lists per split) to prepare instead of
-    loading ``config.data``'s (e.g. :func:`kmipgt.train.stand_in.stand_in_data`).
+    loading ``config.data``'s (e.g. :func:`kmipgt.train.stand_in.stand_in_data`). Which features are
+    category ids is the registry entry's word (:meth:`kmipgt.data.registry.Dataset.categorical_features`).
     """
     level = config.task.level
     if level != "node" and config.task.label_inputs > 0:
@@ -300,17 +371,19 @@ def prepare_data(config: Config, raw: Any = None) -> PreparedData:
         raise ValueError(f"data.virtual_node needs task.level: graph, got {level!r}")
     if raw is None:
         raw = load_raw(config)
+    categories = _feature_categories(config)
     graph, splits = None, None
     if level == "node" and isinstance(raw, dict):
         splits, first, targets = _inductive_node_level(raw, config)
     elif level == "node":
         graph, first, targets = _node_level(raw, config)
     elif level == "graph":
-        splits, first, targets = _graph_level(raw, config)
+        splits, first, targets = _graph_level(raw, config, categories)
     elif level == "edge":
         splits, first, targets = _edge_level(raw, config)
     else:
         raise ValueError(f"task.level must be 'node', 'graph' or 'edge', got {level!r}")
+    embedded = model_categories(config)
     return PreparedData(
         level=level,
         graph=graph,
@@ -319,4 +392,6 @@ def prepare_data(config: Config, raw: Any = None) -> PreparedData:
         edge_channels=first.edge_attr.size(-1) if first.edge_attr is not None else 0,
         out_channels=_out_channels(targets, config.task.loss, config.data.name),
         name=config.data.name,
+        node_categories=embedded.node,
+        edge_categories=embedded.edge,
     )

@@ -58,7 +58,7 @@ logger = logging.getLogger(__name__)
 
 def _search_recall(model: torch.nn.Module) -> float | None:
     """Mean over the layers of the recall that calibrated approximate search reached in the last training
-    step (``KMIPCore.last_recall``; ``model.attention_options: {backend: ivf, recall: ...}``), else None."""
+    step (``KMIPCore.last_recall``; ``model.attention_options: {backend: ivf}`` or ``faiss``), else None."""
     cores = [m for m in model.modules() if isinstance(m, KMIPCore)]
     recalls = [core.last_recall for core in cores if core.last_recall is not None]
     return float(np.mean(recalls)) if recalls else None
@@ -112,7 +112,9 @@ class Trainer:
         self.data = data if data is not None else prepare_data(config)
         seed_everything(config.seed)
         self.model = build_model(config, self.data).to(self.device)
-        self.compiled = CompiledModel(self.model) if config.optim.compile else None
+        # Padded batches (data.pad_to) all have one shape: compiled for it, with no symbolic size.
+        static = bool(config.data.pad_to)
+        self.compiled = CompiledModel(self.model, dynamic=not static) if config.optim.compile else None
         # What training steps through: the model (compiled with optim.compile), its DDP wrapper that
         # averages gradients over ranks, or the model on this rank's share of a partitioned graph.
         self.network: torch.nn.Module = self.model if self.compiled is None else self.compiled
@@ -264,8 +266,11 @@ class Trainer:
 
     def restore(self, checkpoint: dict[str, Any]) -> None:
         """Restore weights, optimiser, history and RNG from the content of this run's ``last.pt`` (read with
-        ``keys=RESUME_KEYS``); ValueError if it was saved with a different config."""
+        ``keys=RESUME_KEYS``); ValueError if it was saved with a different config. ``out_dir`` is not
+        compared: the checkpoint is this run's wherever its folder now is (moved, or unpacked on another
+        machine)."""
         changed = config_differences(checkpoint["config"], config_to_dict(self.config))
+        changed = [key for key in changed if key != "out_dir"]
         if changed:
             raise ValueError(
                 f"the config differs from the one saved in {self.run_dir / 'last.pt'} in "

@@ -51,6 +51,7 @@ def _shared_arguments(config: Config, data: PreparedData) -> dict[str, Any]:
         "task": data.level,
         "lappe_dim": config.data.lappe_dim,
         "rwse_dim": config.data.rwse_dim,
+        "node_categories": data.node_categories,
         **{key: getattr(config.model, key) for key in _SHARED_MODEL_KEYS if key != "kind"},
     }
 
@@ -60,6 +61,7 @@ def _build_gps(config: Config, data: PreparedData) -> GraphTransformer:
     return GraphTransformer(
         **_shared_arguments(config, data),
         edge_channels=data.edge_channels,
+        edge_categories=data.edge_categories,
         attn_kwargs=config.model.attn_kwargs(),
         **own,
     )

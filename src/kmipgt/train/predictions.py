@@ -37,7 +37,14 @@ from kmipgt.data.registry import ONE_GRAPH
 from kmipgt.logs import quiet
 from kmipgt.train.choices import PREDICTED_SPLITS
 from kmipgt.train.config import Config, DistributedConfig
-from kmipgt.train.datasets import SPLITS, PreparedData, load_raw, prepare_data, prepare_set_graph
+from kmipgt.train.datasets import (
+    SPLITS,
+    PreparedData,
+    load_raw,
+    model_categories,
+    prepare_data,
+    prepare_set_graph,
+)
 from kmipgt.train.models import build_model
 from kmipgt.train.prediction_files import check_output, collect, write_rows
 from kmipgt.train.run import read_run
@@ -109,8 +116,10 @@ def _prepared(config: Config, data: Data | str | Path | None) -> tuple[PreparedD
     training = load_raw(config)["train"] if config.data.normalize_features else None
     prepared = prepare_set_graph(graph, config, training)
     edges = prepared.get("edge_attr")
+    categories = model_categories(config)
     return PreparedData(level, None, {NO_SPLIT: [prepared]}, prepared.x.size(-1),
-                        0 if edges is None else edges.size(-1), 0, config.data.name), what
+                        0 if edges is None else edges.size(-1), 0, config.data.name,
+                        categories.node, categories.edge), what
 
 
 class Predictions:

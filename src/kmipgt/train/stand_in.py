@@ -21,13 +21,11 @@ from torch_geometric.data import Data
 
 from kmipgt.data import random_split_masks, synthetic_city
 from kmipgt.data.city_networks import CITY_NUM_NODES
+from kmipgt.data.lrgb import OGB_ATOM_DIMS, OGB_BOND_DIMS
 from kmipgt.train.config import Config
 
-__all__ = ["OGB_ATOM_DIMS", "OGB_BOND_DIMS", "PEPTIDES_TARGETS", "molecule_like_graphs", "stand_in_data"]
+__all__ = ["PEPTIDES_TARGETS", "molecule_like_graphs", "stand_in_data"]
 
-# Number of values of each integer atom / bond feature of OGB's smiles2graph (ogb.utils.features).
-OGB_ATOM_DIMS = (119, 5, 12, 12, 10, 6, 6, 2, 2)
-OGB_BOND_DIMS = (5, 6, 2)
 # Peptides dataset -> (targets per graph, whether they are binary labels)
 PEPTIDES_TARGETS = {"peptides-func": (10, True), "peptides-struct": (11, False)}
 # Classes of the City-Networks labels (10 chunks of eccentricity); node features without the augmentation.

@@ -30,6 +30,7 @@ from kmipgt.train.config import Config
 from kmipgt.train.datasets import SPLITS, PreparedData, label_columns, node_coords
 from kmipgt.train.metric_accumulators import SplitScores, accumulates
 from kmipgt.train.metrics import compute_metric
+from kmipgt.train.padding import EDGE_MASK, NODE_MASK, REAL_GRAPHS, PadBudget, pad_batch, required_budget
 from kmipgt.train.resident import HOST_PTR, ResidentGraphs
 from kmipgt.train.segmentation_metrics import SHAPE_METRICS, shape_parts
 
@@ -57,6 +58,9 @@ def model_inputs(batch: Data) -> dict[str, torch.Tensor | None]:
     level and the saved-token dump alike.
     """
     graphs = getattr(batch, "batch", None)
+    # A batch packed to a fixed size (data.pad_to) marks its real rows; other batches pass no masks, so
+    # models without them (the baselines' forward) are called as before.
+    masks = {key: batch[key] for key in (NODE_MASK, EDGE_MASK) if getattr(batch, key, None) is not None}
     return {
         "x": batch.x,
         "edge_index": batch.edge_index,
@@ -66,6 +70,7 @@ def model_inputs(batch: Data) -> dict[str, torch.Tensor | None]:
         "rwse": getattr(batch, "rwse", None),
         "edge_label_index": getattr(batch, "edge_label_index", None),
         "ptr": None if graphs is None else getattr(batch, HOST_PTR, getattr(batch, "ptr", None)),
+        **masks,
     }
 
 
@@ -169,8 +174,16 @@ class Task:
         """What the model's outputs on ``batch`` are compared with."""
         return batch.y
 
+    def real_outputs(self, output: torch.Tensor, batch: Data) -> torch.Tensor:
+        """The rows of ``output`` that belong to ``batch``'s real graphs: the first ``real_graphs`` of a
+        padded batch (``data.pad_to``, :mod:`kmipgt.train.padding`), else all."""
+        real = getattr(batch, REAL_GRAPHS, None)
+        return output if real is None else output[:real]
+
     def loss_inputs(self, output: torch.Tensor, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(output, target)`` the loss is computed on: those of ``step.mask``'s nodes, or all."""
+        """``(output, target)`` the loss is computed on: those of ``step.mask``'s nodes, or all (of the real
+        graphs of a padded batch)."""
+        output = self.real_outputs(output, step.batch)
         target = self.target(step.batch)
         if step.mask is None:
             return output, target
@@ -197,7 +210,7 @@ class Task:
         for split in splits:
             outputs, targets = [], []
             for batch in self._device_batches(split, device):
-                outputs.append(predict(batch))
+                outputs.append(self.real_outputs(predict(batch), batch))
                 targets.append(self.target(batch))
             yield split, torch.cat(outputs), torch.cat(targets)
 
@@ -289,6 +302,25 @@ class GraphTask(Task):
     ):
         super().__init__(config, data, generator, ranks)
         self._resident: dict[tuple[str, torch.device], ResidentGraphs] = {}
+        self.pad_budget = PadBudget.from_config(config.data.pad_to)
+        if self.pad_budget is not None:
+            self._check_budget()
+
+    def _check_budget(self) -> None:
+        """ValueError unless every batch of every split fits ``data.pad_to`` (checked once, before training:
+        the largest batch shuffling can draw, not the batches of one epoch)."""
+        for split, graphs in self.data.splits.items():
+            if not graphs:
+                continue
+            needed = required_budget(graphs, self.config.data.batch_size)
+            short = [f"{key} >= {getattr(needed, key)}" for key in ("nodes", "edges", "graphs")
+                     if getattr(self.pad_budget, key) < getattr(needed, key)]
+            if short:
+                raise ValueError(
+                    f"config key 'data.pad_to' is too small for the {split} split's batches of "
+                    f"{self.config.data.batch_size} graphs: it needs {', '.join(short)} (its largest graphs, "
+                    "plus one padding node and one padding graph)"
+                )
 
     def steps_per_epoch(self) -> int:
         return len(self._loader("train", shuffle=True))
@@ -305,10 +337,14 @@ class GraphTask(Task):
     def _batches(self, split: str, shuffle: bool, device: torch.device) -> Iterator[Data]:
         """The mini-batches of ``split`` on ``device``: cut from the resident split, or collated on the host
         (into pinned memory for a CUDA device) and copied."""
+        budget = self.pad_budget
         if self.config.data.on_device:
             resident = self._resident_split(split, device)
-            return (resident.batch(index) for index in self._loader(split, shuffle, indices=True))
+            batches = (resident.batch(index) for index in self._loader(split, shuffle, indices=True))
+            return batches if budget is None else (pad_batch(batch, budget) for batch in batches)
         loader = self._loader(split, shuffle, pin_memory=device.type == "cuda")
+        if budget is not None:  # padded on the host, then copied
+            return (batch_to_device(pad_batch(batch, budget), device) for batch in loader)
         return (batch_to_device(batch, device) for batch in loader)
 
     def _resident_split(self, split: str, device: torch.device) -> ResidentGraphs:
@@ -405,6 +441,10 @@ def make_task(
     if config.data.on_device and data.level != "graph":
         raise ValueError(
             f"data.on_device needs a graph-level task (task.level: graph), got task.level {data.level!r}"
+        )
+    if config.data.pad_to and (data.level != "graph" or data.splits is None):
+        raise ValueError(
+            f"data.pad_to needs a graph-level task (task.level: graph), got task.level {data.level!r}"
         )
     if data.level == "node" and data.splits is not None:
         return NodeBatchTask(config, data, generator, ranks)

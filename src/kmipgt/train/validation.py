@@ -35,6 +35,7 @@ from kmipgt.nn.choices import (
 from kmipgt.nn.local_kinds import LOCAL_KINDS
 from kmipgt.train.choices import LOSSES, METRICS, MODEL_KINDS, PRECISIONS
 from kmipgt.train.config import Config
+from kmipgt.train.pad_budget import PadBudget
 from kmipgt.train.tensorboard import require_tensorboard
 
 __all__ = ["validate_config"]
@@ -87,7 +88,7 @@ def _check_model(config: Config) -> None:
     _one_of("model.attention_qk", m.attention_qk, ATTENTION_QK)
     for key in ("channels", "heads", "k", "head_layers"):
         _at_least(f"model.{key}", getattr(m, key), 1)
-    for key in ("num_layers", "num_frequencies"):
+    for key in ("num_layers", "num_frequencies", "pe_channels"):
         _at_least(f"model.{key}", getattr(m, key), 0)
     _at_least("model.head_dim", m.head_dim, 1, optional=True)
     _fraction("model.dropout", m.dropout, closed=False)
@@ -139,6 +140,9 @@ def _check_graph_strategy(config: Config) -> None:
     _one_of("model.attention (with distributed.strategy 'graph')", m.attention, partitioned_attention_kinds())
     if config.log_branches:
         raise ValueError("config key 'log_branches' is not supported with distributed.strategy 'graph' yet")
+    if m.norm == "graph":
+        raise ValueError("model.norm 'graph' normalises each graph as a whole, which distributed.strategy "
+                         "'graph' splits across the ranks; use 'layer' or 'batch'")
 
 
 def _check_distributed(config: Config) -> None:
@@ -156,6 +160,20 @@ def _check_distributed(config: Config) -> None:
         raise ValueError(f"config key 'optim.compile' needs distributed.strategy 'none', got {strategy!r}")
     if config.data.on_device and config.task.level != "graph":
         raise ValueError(f"config key 'data.on_device' needs task.level 'graph', got {config.task.level!r}")
+    if config.data.pad_to:
+        _check_padding(config)
+
+
+def _check_padding(config: Config) -> None:
+    """``data.pad_to``: its three sizes, on graph-level GPS runs in one process."""
+    PadBudget.from_config(config.data.pad_to)
+    if config.task.level != "graph":
+        raise ValueError(f"config key 'data.pad_to' needs task.level 'graph', got {config.task.level!r}")
+    if config.model.kind != "gps":
+        raise ValueError(f"config key 'data.pad_to' needs model.kind 'gps', got {config.model.kind!r}")
+    if config.distributed.strategy != "none":
+        raise ValueError(f"config key 'data.pad_to' needs distributed.strategy 'none', got "
+                         f"{config.distributed.strategy!r}")
 
 
 def validate_config(config: Config) -> None:

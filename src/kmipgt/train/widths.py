@@ -13,8 +13,9 @@ from collections.abc import Mapping
 
 import torch
 
+from kmipgt.data.registry import CategoricalFeatures
 from kmipgt.train.config import Config
-from kmipgt.train.datasets import PreparedData
+from kmipgt.train.datasets import PreparedData, model_categories
 from kmipgt.train.models import MODEL_BUILDERS
 
 __all__ = ["WIDTHS", "trained_widths"]
@@ -23,9 +24,13 @@ WIDTHS = ("in_channels", "edge_channels", "out_channels")  # the fields of Prepa
 PROBE = 5  # any width >= 1 does: only the change from PROBE to PROBE + 1 is read
 
 
-def _weight_shapes(config: Config, level: str, widths: Mapping[str, int]) -> dict[str, torch.Size]:
+def _weight_shapes(
+    config: Config, level: str, widths: Mapping[str, int], categories: CategoricalFeatures
+) -> dict[str, torch.Size]:
     # The builders themselves: build_model would log its note on ignored model keys for every probe.
-    model = MODEL_BUILDERS[config.model.kind](config, PreparedData(level, None, None, name="", **widths))
+    data = PreparedData(level, None, None, name="", node_categories=categories.node,
+                        edge_categories=categories.edge, **widths)
+    model = MODEL_BUILDERS[config.model.kind](config, data)
     return {key: value.shape for key, value in model.state_dict().items()}
 
 
@@ -50,13 +55,20 @@ def _saved_width(reference: dict[str, torch.Size], moved: dict[str, torch.Size],
 def trained_widths(config: Config, level: str, weights: Mapping[str, torch.Tensor]) -> dict[str, int | None]:
     """``{"in_channels", "edge_channels", "out_channels"}``: the node features, edge features and outputs
     of the ``level`` model of ``config`` whose state dict is ``weights``; None for a width that no weight
-    depends on (PyG baselines read no edge features), 0 for edge features the run did not have.
+    depends on (PyG baselines read no edge features), 0 for edge features the run did not have. Features
+    of category ids are as many as the dataset has tables (:func:`~kmipgt.train.datasets.model_categories`):
+    a model embeds each column by its own table, so their count is not probed.
 
     ``config.model.kind`` must be a known kind (:func:`~kmipgt.train.validation.validate_config`).
     """
-    probe = dict.fromkeys(WIDTHS, PROBE)
-    reference = _weight_shapes(config, level, probe)
+    categories = model_categories(config)
+    tables = {name: len(sizes) for name, sizes in (("in_channels", categories.node),
+                                                    ("edge_channels", categories.edge)) if sizes}
+    probe = {**dict.fromkeys(WIDTHS, PROBE), **tables}
+    reference = _weight_shapes(config, level, probe, categories)
     return {
-        name: _saved_width(reference, _weight_shapes(config, level, {**probe, name: PROBE + 1}), weights)
+        name: tables[name] if name in tables else _saved_width(
+            reference, _weight_shapes(config, level, {**probe, name: PROBE + 1}, categories), weights
+        )
         for name in WIDTHS
     }

@@ -76,12 +76,13 @@ def topk_inner_product(
             ``"keops"`` (pykeops ``argKmin``; needs the ``keops`` extra). Approximate: ``"ivf"``
             (inverted-file index in torch, :func:`~kmipgt.ops.search.backends.ivf_search.topk_ivf`),
             ``"faiss"`` (faiss ``IndexIVFFlat`` on the same transform; needs the ``faiss`` extra).
-        nlist: inverted lists per (graph, head) for ``"ivf"``/``"faiss"`` (default ``~2·sqrt(N_g)``).
-        nprobe: lists probed per query for ``"ivf"``/``"faiss"`` (default ``nlist/16``, at least 8).
-        recall: ``"ivf"`` only, instead of ``nprobe``: a recall@k target in (0, 1]; every index probes
-            the fewest lists reaching it on a sample of its queries, measured against their exact top-k.
-        calibration: with ``recall``, a :class:`~kmipgt.ops.search.ivf_common.ProbeCalibration` that
-            receives the ``nprobe`` chosen and the sampled recall reached per (graph, head) index.
+        nlist: inverted lists per (graph, head) for ``"ivf"``/``"faiss"`` (default ``~sqrt(N_g)``).
+        recall: ``"ivf"``/``"faiss"``: the recall@k target in (0, 1] (default 0.95 unless ``nprobe`` is
+            given); every index probes the fewest lists reaching it on a sample of its queries, measured
+            against their exact top-k. ``1.0`` returns the exact top-k.
+        nprobe: ``"ivf"``/``"faiss"``, instead of ``recall``: a fixed number of lists probed per query.
+        calibration: for ``"ivf"``/``"faiss"``, a :class:`~kmipgt.ops.search.ivf_common.ProbeCalibration`
+            that receives the ``nprobe`` chosen and the sampled recall reached per calibrated index.
         check_finite: raise ValueError when query or key holds a NaN or inf (default). Pass False only
             where the inputs are known to be finite: results for non-finite inputs are then unspecified
             and differ between backends.
@@ -131,12 +132,13 @@ def search(
     chosen = None if backend == "auto" else get_backend(backend)
     if chosen is not None and key_ptr is not None:
         _require_queries_differ(chosen)
-    if recall is not None and backend != "ivf":
-        raise ValueError(f"`recall` (calibrated probing) applies to backend 'ivf' only, got {backend!r}")
-    if recall is not None:
-        options = {**options, "recall": recall, "calibration": calibration}
     if chosen is not None and not chosen.exact:
-        return chosen.search(query, key, k, ptr, nlist=nlist, nprobe=nprobe, **options)
+        probing = {"nlist": nlist, "nprobe": nprobe, "recall": recall, "calibration": calibration}
+        return chosen.search(query, key, k, ptr, **probing, **options)
+    if recall is not None:
+        raise ValueError(
+            f"`recall` (calibrated probing) applies to backends {APPROXIMATE_BACKENDS} only, got {backend!r}"
+        )
     if nlist is not None or nprobe is not None:
         raise ValueError(f"`nlist`/`nprobe` only apply to backends {APPROXIMATE_BACKENDS}, got {backend!r}")
     # Resolved after the option check: choosing may build the fused kernel.

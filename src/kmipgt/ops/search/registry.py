@@ -32,7 +32,8 @@ __all__ = [
 
 # ``search(query, key, k, ptr, **options)`` with validated ``[M, H, d]`` query, ``[N, H, d]`` key, ``k >= 1``
 # and ``[G + 1]`` CPU graph offsets of the queries; returns ``[M, H, k]`` scores and int64 global key indices.
-# Approximate backends take the options ``nlist`` and ``nprobe``. Backends flagged ``queries_differ`` also
+# Approximate backends take the options ``nlist``, ``nprobe``, ``recall`` and ``calibration`` (each may be
+# None). Backends flagged ``queries_differ`` also
 # take ``key_ptr``, the ``[G + 1]`` offsets of the keys' graphs; the dispatcher passes it only where the
 # keys' layout differs from the queries' (otherwise ``M == N`` and the graphs coincide).
 SearchFunction = Callable[..., tuple[Tensor, Tensor]]
@@ -89,7 +90,7 @@ class SearchBackend:
     Attributes:
         name: the ``backend=`` value that selects it.
         search: the search function (see ``SearchFunction`` above).
-        exact: False where the search may miss some of the true top-k (``nlist``/``nprobe`` apply).
+        exact: False where the search may miss some of the true top-k (``nlist``/``nprobe``/``recall`` apply).
         available: whether its optional package or compiler is present here (may build or import lazily).
         devices: device types it runs on; ``None``: any device torch runs on.
         dtypes: floating dtypes it takes; ``None``: any.

@@ -19,22 +19,24 @@ from torch import Tensor
 from kmipgt.ops.search import ivf_common
 from kmipgt.ops.search.blockwise import sort_by_score_then_index, tile_topk
 from kmipgt.ops.search.fused_kernel import FUSED_DTYPES, fused_library, group_probes, probe_topk_fused
-from kmipgt.ops.search.ivf_common import ProbeCalibration, check_option, default_nlist, default_nprobe, lift
+from kmipgt.ops.search.ivf_common import (
+    KMEANS_ITERATIONS,
+    TRAIN_POINTS_PER_LIST,
+    ProbeCalibration,
+    calibrated_nprobe,
+    calibration_sample,
+    check_option,
+    default_nlist,
+    lift,
+    probe_target,
+)
 from kmipgt.ops.search.registry import SearchBackend, register, route, search_call
 
-__all__ = ["CALIBRATION_QUERIES", "topk_ivf"]
-# k-means is trained on at most this many keys per list (as faiss does), for a bounded build time.
-_TRAIN_POINTS_PER_LIST = 32
-_KMEANS_ITERATIONS = 8
+__all__ = ["topk_ivf"]
 # Weight of the list radius in the probe score q̂·ĉ + w·r: k-means leaves far-out keys, often the best ones,
 # in lists whose centroid is far from them, while the full ball bound (w = 1) over-rewards every spread-out
 # list when there is no cluster structure; a quarter keeps the gain on trained tokens (docs/search.md).
 _RADIUS_WEIGHT = 0.25
-# Queries per index whose exact top-k calibrates nprobe for a recall target: the recall of 256 x k pairs
-# has a standard error of about 0.004 at 0.95 (k = 16), and their exact search is 256/N of an exact search.
-CALIBRATION_QUERIES = 256
-# Sampled queries per matmul of their exact search: 16 x N scores at a time (16 MiB at N = 262,144).
-_EXACT_CHUNK = 16
 # Transient elements per chunk of the probe phase (gathered queries + candidates), ~256 MB in float32.
 _CHUNK_ELEMENTS = 1 << 26
 
@@ -87,10 +89,10 @@ def _list_radii(points: Tensor, centroids: Tensor, assign: Tensor) -> Tensor:
 
 def _kmeans(points: Tensor, nlist: int, generator: torch.Generator) -> Tensor:
     """``[nlist, e]`` centroids of Lloyd's k-means on a random subsample, initialised at sample points."""
-    order = torch.randperm(points.shape[0], generator=generator)[: nlist * _TRAIN_POINTS_PER_LIST]
+    order = torch.randperm(points.shape[0], generator=generator)[: nlist * TRAIN_POINTS_PER_LIST]
     sample = points[order.to(points.device)]
     centroids = sample[:nlist].clone()
-    for _ in range(_KMEANS_ITERATIONS):
+    for _ in range(KMEANS_ITERATIONS):
         assign = _nearest_centroids(sample, centroids, 1)[:, 0]
         counts = torch.bincount(assign, minlength=nlist)
         # Sums per list as differences of a running sum in sorted order: deterministic on every device
@@ -165,27 +167,15 @@ def _calibrate(
     query: Tensor, key: Tensor, lifted_query: Tensor, index: tuple[Tensor, Tensor, Tensor], k: int,
     target: float, generator: torch.Generator,
 ) -> tuple[int, float]:
-    """``(nprobe, recall)``: the fewest lists to probe for recall@k ``target`` on a sample of the queries.
-
-    A true top-k key is found exactly when its list is among the probed ones (probed lists are scored
-    exactly), so the recall at every ``nprobe`` follows from the rank of each true key's list in its
-    query's probe order: one exact search of the sampled queries and one full probe ranking, no search
-    per candidate. ``recall`` is the sampled recall at the chosen ``nprobe``.
-    """
+    """``(nprobe, recall)``: the fewest lists to probe for recall@k ``target`` on a sample of the queries,
+    ranking every list for each sampled query by the probe score (:func:`ivf_common.calibrated_nprobe`)."""
     centroids, radii, key_list = index
     nlist = centroids.shape[0]
-    rows = torch.randperm(query.shape[0], generator=generator)[:CALIBRATION_QUERIES].to(query.device)
-    width = min(k, key.shape[0])
-    exact = torch.cat([
-        torch.matmul(query[part].float(), key.float().T).topk(width, dim=-1).indices
-        for part in rows.split(_EXACT_CHUNK)
-    ])
+    rows, exact = calibration_sample(query, key, k, generator)
     order = _top_centroids(lifted_query[rows], centroids, radii, nlist)
     positions = torch.arange(nlist, device=order.device).expand_as(order)
     rank = torch.empty_like(order).scatter_(1, order, positions)
-    needed = rank.gather(1, key_list[exact]).flatten().sort().values
-    nprobe = int(needed[ivf_common.calibration_quantile(target, needed.numel())]) + 1
-    return nprobe, float((needed < nprobe).double().mean())
+    return calibrated_nprobe(rank.gather(1, key_list[exact]), target)
 
 
 def _ivf_one(
@@ -259,10 +249,13 @@ def topk_ivf(
         key_ptr: ``[G + 1]`` offsets of the keys' graphs; default ``ptr`` (the queries are the nodes).
         nlist: inverted lists per (graph, head); default :func:`default_nlist` of the graph's key count,
             clamped to it.
-        nprobe: lists probed per query; default :func:`default_nprobe`. ``nprobe >= nlist`` is exact.
-        recall: instead of ``nprobe``, a recall@k target in (0, 1]: each index probes the fewest lists
-            that reach it on :data:`CALIBRATION_QUERIES` sampled queries, against the exact top-k of those
-            queries (with a margin for the sampling error, :func:`ivf_common.calibration_quantile`).
+        nprobe: a fixed number of lists probed per query (clamped to ``nlist``; ``nprobe >= nlist`` is
+            exact), instead of a recall target; nothing is calibrated.
+        recall: the recall@k target in (0, 1] each index calibrates its ``nprobe`` to; default
+            :data:`ivf_common.DEFAULT_RECALL` (0.95) unless ``nprobe`` is given. It probes the fewest lists
+            that reach it on :data:`ivf_common.CALIBRATION_QUERIES` sampled queries, against the exact
+            top-k of those queries, with a margin for the sampling error
+            (:func:`ivf_common.calibrated_nprobe`). ``1.0`` runs the exact search instead of an index.
         calibration: filled, when given, with the ``nprobe`` and the sampled recall of every
             (graph, head) index that was calibrated.
         seed: seed of the k-means initialisation (results are deterministic for fixed inputs).
@@ -270,8 +263,8 @@ def topk_ivf(
     Returns:
         ``(scores, index)``: ``[M, H, k]`` descending exact scores of the keys found and their int64
         global indices; ``-inf``/``-1`` where fewer than k keys were found (graphs with fewer than k keys,
-        or probed lists holding fewer than k keys). Graphs below ``ivf_common.IVF_MIN_NODES`` keys are
-        searched exactly (by the ``auto`` backend).
+        or probed lists holding fewer than k keys). Graphs below ``ivf_common.IVF_MIN_NODES`` keys, and
+        every graph with ``recall=1.0``, are searched exactly (by the ``auto`` backend).
     """
     check_option("nlist", nlist)
     check_option("nprobe", nprobe)
@@ -285,18 +278,18 @@ def topk_ivf(
     sizes, key_sizes = (ptr[1:] - ptr[:-1]).tolist(), (key_ptr[1:] - key_ptr[:-1]).tolist()
     # Graphs with queries and keys, by key count (with M == N every non-empty graph).
     searched = [g for g, (size, key_size) in enumerate(zip(sizes, key_sizes)) if size > 0 and key_size > 0]
-    small = [g for g in searched if key_sizes[g] < ivf_common.IVF_MIN_NODES]
-    if small:
-        _search_exactly(query, key, k, ptr, key_ptr, small, queries_differ, (scores_out, index_out))
-    for g in searched:
-        if key_sizes[g] < ivf_common.IVF_MIN_NODES:
-            continue
+    target = probe_target(recall, nprobe)
+    # Recall 1 asks for every true key: the exact search finds them faster than an index probing every list.
+    exact = [g for g in searched if key_sizes[g] < ivf_common.IVF_MIN_NODES or target == 1]
+    if exact:
+        _search_exactly(query, key, k, ptr, key_ptr, exact, queries_differ, (scores_out, index_out))
+    for g in sorted(set(searched) - set(exact)):
         (q0, q1), (k0, k1) = ptr[g : g + 2].tolist(), key_ptr[g : g + 2].tolist()
         lists = min(k1 - k0, nlist if nlist is not None else default_nlist(k1 - k0))
-        probes = None if recall is not None else min(lists, nprobe or default_nprobe(lists))
+        probes = None if nprobe is None else min(lists, nprobe)
         for h in range(heads):
             scores, index, used, reached = _ivf_one(
-                query[q0:q1, h], key[k0:k1, h], k, lists, probes, seed, recall
+                query[q0:q1, h], key[k0:k1, h], k, lists, probes, seed, target
             )
             if calibration is not None and reached is not None:
                 calibration.add(used, reached)

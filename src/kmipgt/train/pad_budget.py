@@ -1,0 +1,36 @@
+"""The budget of ``data.pad_to`` (:mod:`kmipgt.train.padding`), read without importing torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["PadBudget"]
+
+_KEYS = ("nodes", "edges", "graphs")
+
+
+@dataclass(frozen=True)
+class PadBudget:
+    """The fixed size every padded batch has: ``nodes``, ``edges`` and ``graphs`` (real plus padding)."""
+
+    nodes: int
+    edges: int
+    graphs: int
+
+    @classmethod
+    def from_config(cls, values: dict[str, Any]) -> PadBudget | None:
+        """The budget of ``data.pad_to`` (``{nodes: N, edges: E, graphs: G}``), None where it is empty (off).
+        ValueError naming the key for a missing, unknown or non-positive entry."""
+        if not values:
+            return None
+        unknown = sorted(set(values) - set(_KEYS))
+        missing = [key for key in _KEYS if key not in values]
+        if unknown or missing:
+            raise ValueError(f"config key 'data.pad_to' takes exactly the keys {list(_KEYS)}; "
+                             f"missing {missing}, unknown {unknown}")
+        for key in _KEYS:
+            value = values[key]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"config key 'data.pad_to.{key}' must be a positive int, got {value!r}")
+        return cls(values["nodes"], values["edges"], values["graphs"])

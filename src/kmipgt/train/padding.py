@@ -1,0 +1,117 @@
+"""``data.pad_to``: mini-batches of small graphs packed to one fixed size, padding that changes no result.
+
+A batch of ``G`` graphs, ``N`` nodes and ``E`` edges becomes one of exactly ``graphs`` graphs, ``nodes`` nodes
+and ``edges`` edges, so that a compiled model sees one shape for every batch. The padding is laid out so that
+it cannot reach the real graphs:
+
+- the padding nodes come after the real ones, in padding graphs of their own after the real graphs (spread
+  evenly over them: a padding graph stays small, and so does its attention), with zero features and
+  encodings; attention, per-graph norms and pooling never mix graphs, so no real node attends to, or is
+  pooled or normalised with, a padding node;
+- the padding edges come after the real ones, each a self-loop of a padding node, with zero features;
+- ``node_mask`` / ``edge_mask`` mark the real rows, and the model's BatchNorms take their statistics (and
+  update their running statistics) over those rows alone (:func:`kmipgt.nn.padding.masked_batch_norm`);
+- the model's output has a row per graph of the budget; the first ``real_graphs`` rows are the real graphs'
+  (:data:`REAL_GRAPHS`), and the loss and metrics read those only.
+
+Loss, gradients, metrics and BatchNorm running statistics then equal those of the unpadded batch, to float
+rounding. Random draws over rows (dropout) are drawn over the padded rows, so with dropout a padded run
+draws other masks than an unpadded one.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+
+import torch
+from torch_geometric.data import Batch, Data
+
+from kmipgt.train.pad_budget import PadBudget
+from kmipgt.train.resident import HOST_PTR
+
+__all__ = ["EDGE_MASK", "NODE_MASK", "REAL_GRAPHS", "PadBudget", "pad_batch", "required_budget"]
+
+NODE_MASK, EDGE_MASK = "node_mask", "edge_mask"
+# The attribute under which a padded batch keeps its number of real graphs (a host int): the first rows of
+# the model's graph-level output.
+REAL_GRAPHS = "real_graphs"
+
+
+def required_budget(graphs: Sequence[Data], batch_size: int) -> PadBudget:
+    """The smallest budget that holds every batch of ``batch_size`` of ``graphs`` (in any order) with room for
+    at least one padding node and one padding graph: the ``batch_size`` largest graphs' nodes plus one, their
+    edges, ``batch_size`` graphs plus one."""
+    size = min(batch_size, len(graphs))
+    nodes = torch.tensor([graph.num_nodes for graph in graphs])
+    edges = torch.tensor([graph.num_edges for graph in graphs])
+    largest_nodes = int(nodes.topk(size).values.sum()) if size else 0
+    largest_edges = int(edges.topk(size).values.sum()) if size else 0
+    return PadBudget(largest_nodes + 1, largest_edges, size + 1)
+
+
+def _padded(value: torch.Tensor, rows: int) -> torch.Tensor:
+    """``value`` with ``rows`` rows of zeros appended along dimension 0."""
+    return torch.cat([value, value.new_zeros((rows, *value.shape[1:]))])
+
+
+def pad_batch(batch: Batch, budget: PadBudget) -> Batch:
+    """``batch`` (a PyG mini-batch on any device; on a device with its CPU offsets as ``host_ptr``) packed to
+    ``budget``: its node and edge attributes padded (module docstring), ``batch``, ``ptr`` (and
+    ``host_ptr``) over the padding graphs, ``node_mask`` / ``edge_mask`` and ``real_graphs`` added.
+
+    Every size comes from the host, so nothing waits for the device. ValueError where the batch does not
+    fit: more nodes, edges or graphs than the budget, padding edges without a padding node to hold them, or
+    padding nodes without a padding graph.
+    """
+    host_ptr = getattr(batch, HOST_PTR, None)
+    host_ptr = (batch.ptr if host_ptr is None else host_ptr).cpu()
+    num_nodes, num_graphs = int(host_ptr[-1]), host_ptr.numel() - 1
+    edge_slices = batch._slice_dict.get("edge_index")
+    num_edges = batch.edge_index.shape[1]
+    pad_nodes, pad_edges = budget.nodes - num_nodes, budget.edges - num_edges
+    pad_graphs = budget.graphs - num_graphs
+    no_room = (pad_edges and not pad_nodes) or (pad_nodes and not pad_graphs)
+    if min(pad_nodes, pad_edges, pad_graphs) < 0 or no_room:
+        raise ValueError(
+            f"a batch of {num_graphs} graphs, {num_nodes} nodes and {num_edges} edges does not fit "
+            f"data.pad_to {{nodes: {budget.nodes}, edges: {budget.edges}, graphs: {budget.graphs}}} with "
+            "room for a padding node and a padding graph: raise the budget"
+        )
+    device = batch.edge_index.device
+    node_keys, edge_keys = [], []
+    for key, value in batch:
+        if key in ("batch", "ptr", "edge_index", HOST_PTR) or not isinstance(value, torch.Tensor):
+            continue
+        slices = batch._slice_dict.get(key)
+        if slices is None or batch.__cat_dim__(key, value) != 0:
+            continue
+        if torch.equal(slices, host_ptr):
+            node_keys.append(key)
+        elif edge_slices is not None and torch.equal(slices, edge_slices):
+            edge_keys.append(key)
+    out = copy.copy(batch)
+    for key in node_keys:
+        out[key] = _padded(batch[key], pad_nodes)
+    for key in edge_keys:
+        out[key] = _padded(batch[key], pad_edges)
+    # Padding graph sizes: pad_nodes spread evenly over the padding graphs.
+    sizes = torch.full((pad_graphs,), pad_nodes // max(pad_graphs, 1), dtype=torch.long)
+    sizes[: pad_nodes % max(pad_graphs, 1)] += 1
+    new_ptr = torch.cat([host_ptr, num_nodes + sizes.cumsum(0)])
+    loops = num_nodes + torch.arange(pad_edges, device=device) % max(pad_nodes, 1)
+    out.edge_index = torch.cat([batch.edge_index, loops.expand(2, -1)], 1)
+    padding_graphs = torch.repeat_interleave(
+        torch.arange(num_graphs, budget.graphs), sizes, output_size=pad_nodes
+    )
+    out.batch = torch.cat([batch.batch, padding_graphs.to(device, non_blocking=True)])
+    if getattr(batch, HOST_PTR, None) is not None:
+        setattr(out, HOST_PTR, new_ptr)
+        moved = new_ptr.pin_memory() if device.type == "cuda" else new_ptr
+        out.ptr = moved.to(device, non_blocking=True)
+    else:
+        out.ptr = new_ptr.to(batch.ptr.device)
+    out[NODE_MASK] = torch.arange(budget.nodes, device=device) < num_nodes
+    out[EDGE_MASK] = torch.arange(budget.edges, device=device) < num_edges
+    setattr(out, REAL_GRAPHS, num_graphs)
+    return out

@@ -1,0 +1,253 @@
+"""``data.pad_to``: batches packed to a fixed node, edge and graph budget give the unpadded batch's loss,
+gradients, BatchNorm statistics and metrics, and a compiled model sees one shape for every batch."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_geometric.data import Batch, Data
+
+from kmipgt.data.lrgb import OGB_ATOM_DIMS, OGB_BOND_DIMS
+from kmipgt.nn import GraphTransformer
+from kmipgt.train import Trainer, load_config
+from kmipgt.train.datasets import PreparedData
+from kmipgt.train.metrics import compute_metric
+from kmipgt.train.pad_budget import PadBudget
+from kmipgt.train.padding import REAL_GRAPHS, pad_batch, required_budget
+from kmipgt.train.resident import HOST_PTR, ResidentGraphs
+from kmipgt.train.task import make_task, model_inputs
+from kmipgt.train.validation import validate_config
+
+RWSE, LABELS = 6, 5
+BUDGET = PadBudget(nodes=160, edges=400, graphs=8)
+
+
+def _molecules(count: int, seed: int = 0) -> list[Data]:
+    """Molecule-shaped graphs: 4 to 24 atoms on a chain with a ring closure, bonds both ways, OGB-style atom
+    and bond category ids, RWSE-like encodings and multi-label targets."""
+    gen = torch.Generator().manual_seed(seed)
+    graphs = []
+    for _ in range(count):
+        n = int(torch.randint(4, 25, (1,), generator=gen))
+        src = torch.arange(n - 1)
+        pairs = torch.stack([src, src + 1], 0)
+        pairs = torch.cat([pairs, torch.tensor([[0], [n - 1]])], 1)  # a ring
+        edge_index = torch.cat([pairs, pairs.flip(0)], 1)
+        x = torch.stack([torch.randint(0, size, (n,), generator=gen) for size in OGB_ATOM_DIMS], 1)
+        edge_attr = torch.stack(
+            [torch.randint(0, size, (edge_index.shape[1],), generator=gen) for size in OGB_BOND_DIMS], 1
+        )
+        graphs.append(Data(x=x, edge_index=edge_index, edge_attr=edge_attr,
+                           rwse=torch.rand(n, RWSE, generator=gen, dtype=torch.float64),
+                           y=torch.randint(0, 2, (1, LABELS), generator=gen).double()))
+    return graphs
+
+
+def _model(norm: str) -> GraphTransformer:
+    """A Peptides-shaped GatedGCN + k-MIP GPS model (embedded atoms and bonds, batch-normalised RWSE) in
+    float64, so that padded and unpadded batches agree to float64 rounding."""
+    torch.manual_seed(0)
+    model = GraphTransformer(
+        len(OGB_ATOM_DIMS), 16, LABELS, num_layers=2, task="graph", edge_channels=len(OGB_BOND_DIMS),
+        local="gatedgcn", attention="kmip", heads=2, attn_kwargs={"k": 5}, norm=norm, rwse_dim=RWSE,
+        rwse_norm=True, node_categories=OGB_ATOM_DIMS, edge_categories=OGB_BOND_DIMS, head_layers=2,
+    )
+    return model.double()
+
+
+def _inputs(batch: Batch) -> dict:
+    out = {key: batch[key] for key in ("x", "edge_index", "batch", "edge_attr", "rwse")}
+    out["ptr"] = batch.ptr
+    for key in ("node_mask", "edge_mask"):
+        if key in batch:
+            out[key] = batch[key]
+    return out
+
+
+def _step(model: GraphTransformer, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    """Loss, outputs of the real graphs and parameter gradients of one training forward and backward."""
+    model.zero_grad()
+    out = model(**_inputs(batch))[: getattr(batch, REAL_GRAPHS, batch.num_graphs)]
+    loss = F.binary_cross_entropy_with_logits(out, batch.y)
+    loss.backward()
+    # (The last layer's edge update reaches no output: its parameters get no gradient on either side.)
+    grads = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
+    return loss.detach(), out.detach(), grads
+
+
+def _assert_close(a, b):
+    torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_a_padded_batch_keeps_its_graphs_and_marks_its_padding():
+    graphs = _molecules(5)
+    batch = Batch.from_data_list(graphs)
+    padded = pad_batch(batch, BUDGET)
+    n, e, g = batch.num_nodes, batch.edge_index.shape[1], batch.num_graphs
+    assert padded.x.shape[0] == padded.rwse.shape[0] == padded.batch.shape[0] == BUDGET.nodes
+    assert padded.edge_index.shape[1] == padded.edge_attr.shape[0] == BUDGET.edges
+    assert padded.ptr.tolist()[: g + 1] == batch.ptr.tolist() and padded.ptr.numel() == BUDGET.graphs + 1
+    assert getattr(padded, REAL_GRAPHS) == g and torch.equal(padded.y, batch.y)
+    assert padded.node_mask.sum() == n and padded.node_mask[:n].all()
+    assert padded.edge_mask.sum() == e and padded.edge_mask[:e].all()
+    assert torch.equal(padded.x[:n], batch.x) and torch.equal(padded.edge_index[:, :e], batch.edge_index)
+    # The padding edges join padding nodes only, and every padding node lies in a padding graph.
+    assert (padded.edge_index[:, e:] >= n).all()
+    assert (padded.batch[n:] >= g).all()
+    assert torch.equal(padded.batch, torch.repeat_interleave(torch.arange(BUDGET.graphs), padded.ptr.diff()))
+    sizes = padded.ptr.diff()[g:]
+    assert int(sizes.max() - sizes.min()) <= 1  # spread evenly over the padding graphs
+
+
+@pytest.mark.parametrize("norm", ["batch", "graph", "layer"])
+def test_padding_changes_no_loss_gradient_or_norm_statistic(norm):
+    graphs = _molecules(17, seed=1)
+    model, padded_model = _model(norm), _model(norm)
+    for start in (0, 7, 14):  # batches of 7, 7 and 3 graphs, each of other raw sizes
+        batch = Batch.from_data_list(graphs[start:start + 7])
+        padded = pad_batch(batch, BUDGET)
+        loss, out, grads = _step(model, batch)
+        padded_loss, padded_out, padded_grads = _step(padded_model, padded)
+        _assert_close(padded_loss, loss)
+        _assert_close(padded_out, out)
+        assert len(grads) == len(padded_grads)
+        assert [g is None for g in grads] == [g is None for g in padded_grads]
+        assert sum(g is not None for g in grads) > 30
+        for grad, padded_grad in zip(grads, padded_grads, strict=True):
+            if grad is not None:
+                _assert_close(padded_grad, grad)
+        with torch.no_grad():  # the next batch starts from the same weights on both sides
+            for p, q in zip(model.parameters(), padded_model.parameters(), strict=True):
+                if p.grad is not None:
+                    p.sub_(0.1 * p.grad)
+                    q.sub_(0.1 * q.grad)
+    for (name, buffer), (_, padded_buffer) in zip(model.named_buffers(), padded_model.named_buffers(),
+                                                  strict=True):
+        _assert_close(padded_buffer.double(), buffer.double()), name  # running statistics too
+    model.eval(), padded_model.eval()
+    batch = Batch.from_data_list(graphs[:5])
+    with torch.no_grad():
+        _assert_close(padded_model(**_inputs(pad_batch(batch, BUDGET)))[:5], model(**_inputs(batch)))
+
+
+def _data() -> PreparedData:
+    graphs = _molecules(30, seed=2)
+    for graph in graphs:  # the run's models are float32
+        graph.rwse, graph.y = graph.rwse.float(), graph.y.float()
+    splits = {"train": graphs[:18], "val": graphs[18:24], "test": graphs[24:]}
+    return PreparedData("graph", None, splits, in_channels=len(OGB_ATOM_DIMS),
+                        edge_channels=len(OGB_BOND_DIMS), out_channels=LABELS, name="toy",
+                        node_categories=OGB_ATOM_DIMS, edge_categories=OGB_BOND_DIMS)
+
+
+def _config(out_dir, norm="batch", pad=True, extra=()):
+    pad_to = f"{{nodes: {BUDGET.nodes}, edges: {BUDGET.edges}, graphs: {BUDGET.graphs}}}" if pad else "{}"
+    return load_config(None, [
+        f"out_dir={out_dir}", "task.level=graph", "task.loss=bce", "task.metric=ap", "data.batch_size=5",
+        f"data.pad_to={pad_to}", f"data.rwse_dim={RWSE}", "model.rwse_norm=true", f"model.norm={norm}",
+        "optim.epochs=2", "optim.warmup_epochs=1", "model.channels=8", "model.num_layers=2", "model.k=3",
+        "device=cpu", "threads=1", *extra,
+    ])
+
+
+@pytest.mark.parametrize("norm", ["batch", "graph"])
+def test_a_padded_run_trains_and_scores_as_an_unpadded_one(tmp_path, norm):
+    data = _data()
+    runs = [Trainer(_config(tmp_path / str(pad), norm, pad), data) for pad in (False, True)]
+    histories = []
+    for trainer in runs:
+        trainer.fit(progress=False)
+        histories.append([(row["train_loss"], row["val"], row["test"]) for row in trainer.state.history])
+    for row, padded_row in zip(*histories, strict=True):
+        assert padded_row == pytest.approx(row, rel=1e-5, abs=1e-6)
+    with torch.no_grad():
+        outputs = [list(t.task.split_outputs(t._predict, ("test",), t.device)) for t in runs]
+    (_, output, target), (_, padded_output, padded_target) = outputs[0][0], outputs[1][0]
+    assert padded_output.shape == output.shape and torch.equal(padded_target, target)
+    # float32 training: AdamW's first steps move each weight by about lr whatever its gradient's size, so
+    # float rounding in a near-zero gradient shows in the weights after a few steps (the float64 test above
+    # compares one step at 1e-10).
+    torch.testing.assert_close(padded_output, output, rtol=1e-3, atol=2e-4)
+    assert compute_metric("ap", padded_output, padded_target) == pytest.approx(
+        compute_metric("ap", output, target), abs=1e-4)
+
+
+def test_resident_batches_pad_as_collated_ones(tmp_path):
+    data = _data()
+    config = _config(tmp_path, extra=("data.on_device=true",))
+    task = make_task(config, data, torch.Generator().manual_seed(0))
+    resident = ResidentGraphs(data.splits["val"], "cpu")
+    for step in task.train_steps(torch.device("cpu")):
+        assert step.batch.x.shape[0] == BUDGET.nodes and step.batch.edge_index.shape[1] == BUDGET.edges
+    cut = pad_batch(resident.batch([0, 1, 2]), BUDGET)
+    collated = pad_batch(Batch.from_data_list(data.splits["val"][:3]), BUDGET)
+    for key in ("x", "edge_index", "edge_attr", "rwse", "batch", "ptr", "node_mask", "edge_mask", "y"):
+        assert torch.equal(cut[key], collated[key]), key
+    assert torch.equal(getattr(cut, HOST_PTR), collated.ptr)
+
+
+def test_a_budget_too_small_is_a_clear_error(tmp_path):
+    data = _data()
+    needed = required_budget(data.splits["train"], 5)
+    small = f"data.pad_to={{nodes: {needed.nodes - 1}, edges: {needed.edges}, graphs: {needed.graphs}}}"
+    config = load_config(None, [f"out_dir={tmp_path}", "task.level=graph", "data.batch_size=5", small])
+    with pytest.raises(ValueError, match=rf"too small for the train split.*nodes >= {needed.nodes}"):
+        make_task(config, data, torch.Generator())
+    with pytest.raises(ValueError, match=r"does not fit data\.pad_to"):
+        pad_batch(Batch.from_data_list(data.splits["train"][:5]), PadBudget(50, 400, 8))
+    # Exactly the required budget serves every batch of the split.
+    exact = PadBudget(needed.nodes, needed.edges, needed.graphs)
+    largest = sorted(data.splits["train"], key=lambda g: -g.num_nodes)[:5]
+    assert pad_batch(Batch.from_data_list(largest), exact).x.shape[0] == needed.nodes
+
+
+@pytest.mark.parametrize(("override", "match"), [
+    ("data.pad_to={nodes: 10, edges: 10}", "missing \\['graphs'\\]"),
+    ("data.pad_to={nodes: 10, edges: 10, graphs: 0}", "pad_to.graphs' must be a positive int"),
+    ("task.level=node", "needs task.level 'graph'"),
+    ("model.kind=gcn", "needs model.kind 'gps'"),
+])
+def test_bad_padding_configs_are_refused(tmp_path, override, match):
+    base = [f"out_dir={tmp_path}", "task.level=graph", "data.pad_to={nodes: 10, edges: 10, graphs: 2}"]
+    with pytest.raises(ValueError, match=match):
+        validate_config(load_config(None, [*base, override]))
+
+
+def test_padding_is_off_by_default():
+    assert load_config(None, []).data.pad_to == {}
+    inputs = model_inputs(Batch.from_data_list(_molecules(2)))
+    assert "node_mask" not in inputs and "edge_mask" not in inputs
+
+
+def test_a_compiled_model_sees_one_shape_for_every_padded_batch():
+    """Padded batches of other raw sizes (and graph counts): one static graph, compiled once, no recompile
+    (``error_on_recompile``), outputs and gradients of the eager model."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    from kmipgt.train.compiled import CompiledModel
+
+    graphs = _molecules(15, seed=3)
+    model = _model("batch").float()
+    batches = []
+    for start, stop in ((0, 7), (7, 13), (13, 15)):
+        padded = pad_batch(Batch.from_data_list(graphs[start:stop]), BUDGET)
+        padded.rwse, padded.y = padded.rwse.float(), padded.y.float()
+        batches.append(padded)
+    assert len({(b.num_nodes, b.edge_index.shape[1], getattr(b, REAL_GRAPHS)) for b in batches}) == 3
+    torch._dynamo.reset()
+    before = counters["stats"]["unique_graphs"]
+    compiled = CompiledModel(model, backend="aot_eager", dynamic=False)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for batch in batches:
+            results = []
+            for run in (compiled, model):
+                model.zero_grad()
+                out = run(**_inputs(batch))[: getattr(batch, REAL_GRAPHS)]
+                F.binary_cross_entropy_with_logits(out, batch.y).backward()
+                grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+                results.append((out.detach(), grads))
+            (out, grads), (expected, expected_grads) = results
+            torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
+            for grad, expected_grad in zip(grads, expected_grads, strict=True):
+                torch.testing.assert_close(grad, expected_grad, rtol=1e-3, atol=1e-5)
+    assert counters["stats"]["unique_graphs"] - before == compiled.graphs == 1
