@@ -39,6 +39,11 @@ def _core_attribute(name: str) -> property:
     )
 
 
+
+def _at_least_float32(tensor: Tensor) -> Tensor:
+    """``tensor`` in float32 where it is in a half dtype (autocast's), else as it is (a float64 model)."""
+    return tensor if tensor.dtype in (torch.float32, torch.float64) else tensor.float()
+
 class ProjectedAttention(torch.nn.Module):
     r"""Multi-head global attention: projections shared by every kind around the core of one kind.
 
@@ -191,7 +196,7 @@ class ProjectedAttention(torch.nn.Module):
             raise ValueError(f"edge_index [2, E] is required by attention kind {self.attn_type!r}")
         precision = contextlib.nullcontext()
         if self.kind.float32_only:
-            x, qk_x = x.float(), None if qk_x is None else qk_x.float()
+            x, qk_x = _at_least_float32(x), None if qk_x is None else _at_least_float32(qk_x)
             precision = torch.autocast(x.device.type, enabled=False)
         attend = self._attend if self.kind.compiles else self._attend_eagerly
         with precision:
