@@ -18,6 +18,7 @@ __all__ = [
     "batch_layout",
     "graph_blocks",
     "graph_ptr",
+    "host_to_device",
     "key_graph_ptr",
     "node_graph_bounds",
     "same_device",
@@ -163,6 +164,16 @@ def node_graph_bounds(
     return lo.to(device), hi.to(device)
 
 
+
+def host_to_device(tensor: Tensor, device: torch.device) -> Tensor:
+    """A CPU tensor on ``device``, copied from pinned memory without blocking the host (as it is on the
+    CPU)."""
+    if device.type == "cpu":
+        return tensor
+    if device.type == "cuda" and not torch.compiler.is_compiling():
+        tensor = tensor.pin_memory()
+    return tensor.to(device, non_blocking=True)
+
 class RaggedLayout:
     """The graphs of a node-major batch, as the host and the device each read them.
 
@@ -232,12 +243,8 @@ class RaggedLayout:
         )
 
     def to_device(self, tensor: Tensor) -> Tensor:
-        """A CPU tensor on the layout's device, copied from pinned memory without blocking the host."""
-        if self.device.type == "cpu":
-            return tensor
-        if self.device.type == "cuda" and not torch.compiler.is_compiling():
-            tensor = tensor.pin_memory()
-        return tensor.to(self.device, non_blocking=True)
+        """A CPU tensor on the layout's device (:func:`host_to_device`)."""
+        return host_to_device(tensor, self.device)
 
     def derived(self, name: str, compute) -> object:
         """``compute(self)`` the first time ``name`` is asked, the cached value afterwards."""

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 import torch
 from torch_geometric.data import Batch, Data
 
+from kmipgt.ops.ragged import host_to_device
 from kmipgt.train.pad_budget import PadBudget
 from kmipgt.train.resident import HOST_PTR
 
@@ -104,13 +105,12 @@ def pad_batch(batch: Batch, budget: PadBudget) -> Batch:
     padding_graphs = torch.repeat_interleave(
         torch.arange(num_graphs, budget.graphs), sizes, output_size=pad_nodes
     )
-    out.batch = torch.cat([batch.batch, padding_graphs.to(device, non_blocking=True)])
+    out.batch = torch.cat([batch.batch, host_to_device(padding_graphs, device)])
     if getattr(batch, HOST_PTR, None) is not None:
         setattr(out, HOST_PTR, new_ptr)
-        moved = new_ptr.pin_memory() if device.type == "cuda" else new_ptr
-        out.ptr = moved.to(device, non_blocking=True)
+        out.ptr = host_to_device(new_ptr, device)
     else:
-        out.ptr = new_ptr.to(batch.ptr.device)
+        out.ptr = host_to_device(new_ptr, batch.ptr.device)
     out[NODE_MASK] = torch.arange(budget.nodes, device=device) < num_nodes
     out[EDGE_MASK] = torch.arange(budget.edges, device=device) < num_edges
     setattr(out, REAL_GRAPHS, num_graphs)
