@@ -5,7 +5,7 @@ from torch_geometric.data import Data
 from torch_geometric.utils import to_undirected
 
 from kmipgt.data import positional_encodings
-from kmipgt.data.positional_encodings import LaplacianPE, RandomWalkSE
+from kmipgt.data.positional_encodings import LaplacianPE, RandomWalkSE, random_walk_se_of_graphs
 
 
 def _graph(num_nodes=40, seed=0, isolated=0):
@@ -34,6 +34,27 @@ def test_rwse_matches_dense_matrix_powers(walk_length, block_size):
     expected = np.stack([np.diag(np.linalg.matrix_power(p, t)) for t in range(1, walk_length + 1)], axis=1)
     assert out.shape == (data.num_nodes, walk_length)
     np.testing.assert_allclose(out.numpy(), expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("block_size", [65536, 70, 1])
+def test_rwse_of_many_graphs_is_each_graphs_own(block_size):
+    """Graphs of 1 to 50 nodes (isolated nodes too), computed as unions of up to ``block_size`` nodes (one
+    union, several, or one graph each), against dense matrix powers of each graph alone."""
+    graphs = [_graph(num_nodes=n, seed=n, isolated=n % 3) for n in (30, 7, 50, 12, 4)]
+    graphs.append(Data(edge_index=torch.empty(2, 0, dtype=torch.long), num_nodes=1))
+    out = random_walk_se_of_graphs([g.edge_index for g in graphs], [g.num_nodes for g in graphs], 9,
+                                   block_size=block_size)
+    assert len(out) == len(graphs)
+    for data, rwse in zip(graphs, out, strict=True):
+        a = _dense_adjacency(data)
+        degree = a.sum(1)
+        p = np.divide(a, degree[:, None], out=np.zeros_like(a), where=degree[:, None] > 0)
+        expected = np.stack([np.diag(np.linalg.matrix_power(p, t)) for t in range(1, 10)], axis=1)
+        assert rwse.shape == (data.num_nodes, 9) and rwse.dtype == torch.float32
+        np.testing.assert_allclose(rwse.numpy(), expected, atol=1e-6)
+    assert random_walk_se_of_graphs([], [], 4) == []
+    with pytest.raises(ValueError, match="2 edge_index tensors for 1 graphs"):
+        random_walk_se_of_graphs([graphs[0].edge_index] * 2, [30], 4)
 
 
 @pytest.mark.parametrize("sparse", [False, True])

@@ -7,8 +7,9 @@ from torch_geometric.loader import DataLoader
 
 from kmipgt.nn.model import assert_node_pairs
 from kmipgt.train import Trainer, load_config
+from kmipgt.train.config import config_differences, config_to_dict
 from kmipgt.train.datasets import PreparedData
-from kmipgt.train.resident import HOST_PTR, ResidentGraphs
+from kmipgt.train.resident import HOST_PTR, ResidentGraphs, graphs_nbytes, resident_by_default
 from kmipgt.train.task import make_task
 from sync_detector import HostSyncs
 from tiny_runs import sign_graphs
@@ -80,13 +81,14 @@ def _data(num_graphs=23) -> PreparedData:
     return PreparedData("graph", None, splits, in_channels=4, edge_channels=2, out_channels=2, name="toy")
 
 
+def _overrides(out_dir) -> list[str]:
+    return [f"out_dir={out_dir}", "task.level=graph", "data.batch_size=4", "optim.epochs=3",
+            "optim.warmup_epochs=1", "model.channels=8", "model.num_layers=2", "model.k=3", "device=cpu",
+            "threads=1"]
+
+
 def _config(out_dir, on_device: bool):
-    return load_config(None, [
-        f"out_dir={out_dir}", "task.level=graph", "data.batch_size=4",
-        f"data.on_device={str(on_device).lower()}", "optim.epochs=3", "optim.warmup_epochs=1",
-        "model.channels=8", "model.num_layers=2", "model.k=3",
-        "device=cpu", "threads=1",
-    ])
+    return load_config(None, [*_overrides(out_dir), f"data.on_device={str(on_device).lower()}"])
 
 
 def test_the_task_on_device_steps_through_the_loader_batches(tmp_path):
@@ -136,3 +138,56 @@ def test_batches_on_cuda_equal_those_on_the_cpu(tmp_path):
         for step, expected in zip(task.train_steps(cuda), reference, strict=True):
             assert step.batch.x.is_cuda and step.batch.ptr.is_cuda
             _assert_same_batch(step.batch.cpu(), expected.batch, KEYS)
+
+
+def test_the_default_keeps_graphs_on_a_cuda_device_with_four_times_their_size_free(monkeypatch):
+    graphs = _graphs(5)
+    nbytes = graphs_nbytes(graphs)
+    assert nbytes == sum(t.nbytes for g in graphs for t in (g.x, g.edge_index, g.edge_attr, g.y, g.rwse))
+    assert not resident_by_default(nbytes, torch.device("cpu"))
+    cuda = torch.device("cuda", 0)
+    for free, expected in ((4 * nbytes, True), (4 * nbytes - 1, False)):
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device, free=free: (free, 8 * free))
+        assert resident_by_default(nbytes, cuda) is expected
+
+
+def test_the_default_cuts_batches_where_the_graphs_fit_and_else_collates(tmp_path, monkeypatch):
+    """``data.on_device`` unset: the splits kept on the device where they fit (here: a stand-in decision on
+    the CPU), the same batches as the loader's; graphs that only collating takes (an attribute that is not
+    a tensor) are collated on the host, where ``data.on_device: true`` refuses them."""
+    import kmipgt.train.task as task_module
+
+    monkeypatch.setattr(task_module, "resident_by_default", lambda nbytes, device: True)
+    device, config = torch.device("cpu"), load_config(None, [*_overrides(tmp_path), "data.on_device=null"])
+    assert config.data.on_device is None
+    task = make_task(config, _data(), torch.Generator().manual_seed(5))
+    loader = DataLoader(_data().splits["train"], batch_size=4, shuffle=True,
+                        generator=torch.Generator().manual_seed(5))
+    for step, batch in zip(task.train_steps(device), loader, strict=True):
+        _assert_same_batch(step.batch, batch, KEYS)
+    assert isinstance(task._resident[("train", device)], ResidentGraphs)
+
+    named = _data()
+    for graph in named.splits["train"]:
+        graph.name = "a molecule"
+    task = make_task(config, named, torch.Generator().manual_seed(5))
+    assert len(list(task.train_steps(device))) == 4 and task._resident[("train", device)] is None
+    with pytest.raises(ValueError, match="'name' is not a tensor"):
+        list(make_task(_config(tmp_path, True), named, torch.Generator()).train_steps(device))
+
+
+def test_a_run_resumes_with_another_on_device_setting(tmp_path):
+    saved, current = (config_to_dict(_config(tmp_path, on_device)) for on_device in (False, True))
+    assert config_differences(saved, current) == []
+
+
+@pytest.mark.cuda
+def test_a_run_on_cuda_keeps_its_graphs_there_and_fuses_its_optimiser(tmp_path):
+    """The defaults on a CUDA device: the splits resident (they fit), AdamW as one fused kernel."""
+    config = load_config(None, [*_overrides(tmp_path), "device=cuda"])
+    trainer = Trainer(config, _data())
+    assert trainer.optimizer.defaults["fused"] is True
+    steps = list(trainer.task.train_steps(trainer.device))
+    assert steps[0].batch.x.is_cuda
+    assert isinstance(trainer.task._resident[("train", trainer.device)], ResidentGraphs)
+    trainer.fit(progress=False)

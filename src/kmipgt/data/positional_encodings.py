@@ -17,6 +17,8 @@ Graphs are read as undirected and unweighted (``edge_index`` is symmetrised, dup
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import scipy.sparse as sp
 import torch
@@ -73,6 +75,33 @@ def random_walk_se(edge_index: torch.Tensor, num_nodes: int, walk_length: int, *
                 out[rows, 2 * a] = _row_dot(power, following)
                 power = following
     return torch.from_numpy(out).float()
+
+
+def random_walk_se_of_graphs(edge_indices: Sequence[torch.Tensor], num_nodes: Sequence[int],
+                             walk_length: int, *, block_size: int = 65536) -> list[torch.Tensor]:
+    """:func:`random_walk_se` of many graphs: ``[n_g, walk_length]`` per graph ``g``.
+
+    The disjoint union of graphs has a block-diagonal ``P``, whose powers are block diagonal too, so each
+    graph's return probabilities are those of its own block. Consecutive graphs of up to ``block_size``
+    nodes in all are therefore computed as one union, one scipy pass instead of one per graph (15,000
+    molecules: seconds instead of minutes). ``edge_indices[g]``: ``[2, E_g]`` ids in ``[0, num_nodes[g])``.
+    """
+    if len(edge_indices) != len(num_nodes):
+        raise ValueError(f"got {len(edge_indices)} edge_index tensors for {len(num_nodes)} graphs")
+    out: list[torch.Tensor] = []
+    start = 0
+    while start < len(num_nodes):
+        stop, total = start + 1, num_nodes[start]
+        while stop < len(num_nodes) and total + num_nodes[stop] <= block_size:
+            total += num_nodes[stop]
+            stop += 1
+        offsets = np.cumsum([0, *num_nodes[start:stop - 1]])
+        shifted = [e.cpu() + int(o) for e, o in zip(edge_indices[start:stop], offsets, strict=True)]
+        union = torch.cat(shifted, 1)
+        encodings = random_walk_se(union, total, walk_length, block_size=block_size)
+        out.extend(encodings.split(list(num_nodes[start:stop])))
+        start = stop
+    return out
 
 
 def laplacian_pe(edge_index: torch.Tensor, num_nodes: int, k: int, *, tol: float = 1e-8,

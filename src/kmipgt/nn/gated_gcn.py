@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from kmipgt.nn.activations import relu
 from kmipgt.nn.padding import masked_batch_norm
 from kmipgt.ops.gated_aggregate import gated_mean
 
@@ -80,9 +81,9 @@ class GatedGCNLayer(torch.nn.Module):
         # In place: the gate logits allocate one [E, C] tensor beside the gathered term, not four.
         edge_hat = self.lin_c(edge_attr).add_(self.lin_d(x_dst)[dst]).add_(self.lin_e(x_src)[src])
         x_hat = self.lin_a(x_dst) + gated_mean(edge_hat, self.lin_b(x_src), edge_index, x_dst.size(0))
-        x_hat = F.dropout(F.relu(masked_batch_norm(self.norm_node, x_hat, node_mask)), self.dropout,
+        x_hat = F.dropout(relu(masked_batch_norm(self.norm_node, x_hat, node_mask)), self.dropout,
                           self.training)
-        edge_hat = F.dropout(F.relu(masked_batch_norm(self.norm_edge, edge_hat, edge_mask)), self.dropout,
+        edge_hat = F.dropout(relu(masked_batch_norm(self.norm_edge, edge_hat, edge_mask)), self.dropout,
                              self.training)
         if not self.residual:
             return x_hat, edge_hat

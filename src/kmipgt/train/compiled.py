@@ -45,10 +45,10 @@ class CompiledModel(torch.nn.Module):
     (training, evaluation). The model's own parameters are trained and saved; this module only calls it.
     A kind that does not compile (GRF: ``AttentionKind.compiles``) runs eagerly between compiled graphs.
 
-    On the CPU the model's BatchNorms run aten's kernels inside the compiled graphs (inductor's are slower
-    there). Sizes that happen to be equal in the first batch (the graph count plus one and a feature width,
-    say) would be traced as one symbol and compiled again once they differ: TorchDynamo's duck shaping is
-    off while the model is called.
+    On the CPU the model's BatchNorms and dropout run aten's kernels inside the compiled graphs (inductor's
+    are slower there). Sizes that happen to be equal in the first batch (the graph count plus one and a
+    feature width, say) would be traced as one symbol and compiled again once they differ: TorchDynamo's
+    duck shaping is off while the model is called.
 
     With ``dynamic=False`` (``data.pad_to``: every batch packed to one size) the graphs are compiled for
     that one shape instead, with no symbolic size (another shape would compile again, and TorchDynamo's
@@ -62,9 +62,13 @@ class CompiledModel(torch.nn.Module):
 
     def __init__(self, model: torch.nn.Module, backend: str = "inductor", dynamic: bool = True):
         super().__init__()
+        options = None
         if backend == "inductor" and all(p.device.type == "cpu" for p in model.parameters()):
             _aten_batch_norm()
-        self.compiled = torch.compile(model, dynamic=dynamic, fullgraph=_traceable(model), backend=backend)
+            # Inductor's own CPU random numbers take 3 times aten's: dropout runs aten's in the graph.
+            options = {"fallback_random": True}
+        self.compiled = torch.compile(model, dynamic=dynamic, fullgraph=_traceable(model), backend=backend,
+                                      options=options)
         self._graphs_before = counters["stats"]["unique_graphs"]
 
     @property

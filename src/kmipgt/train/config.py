@@ -32,7 +32,8 @@ class DataConfig:
     ``on_device`` (graph level): collate each split once into one batch on the run's device and cut every
     mini-batch from it there (:class:`kmipgt.train.resident.ResidentGraphs`) instead of collating each on
     the host and copying it: the same batches in the same order, for the memory of the whole dataset on
-    the device.
+    the device. ``None`` (default): on for a CUDA device whose free memory is at least four times the
+    graphs' tensors (:func:`kmipgt.train.resident.resident_by_default`), off on the CPU.
     ``pad_to`` (graph level, GPS models): ``{nodes: N, edges: E, graphs: G}`` packs every mini-batch to
     exactly these sizes, with padding nodes in graphs of their own that change no loss, gradient, metric
     or norm statistic (:mod:`kmipgt.train.padding`), so that a compiled model sees one shape; every batch
@@ -50,7 +51,7 @@ class DataConfig:
     test_edges: float = 0.1
     virtual_node: bool = False
     split_seed: int | None = None
-    on_device: bool = False
+    on_device: bool | None = None
     pad_to: dict[str, Any] = field(default_factory=dict)
 
 
@@ -325,7 +326,7 @@ def config_to_dict(config: Config) -> dict:
 
 
 # Keys that do not change what a run computes (config_differences).
-_NOT_COMPARED = frozenset({"allocator"})
+_NOT_COMPARED = frozenset({"allocator", "data.on_device"})
 
 
 def _dotted(tree: dict) -> dict[str, Any]:
@@ -349,8 +350,9 @@ def config_differences(saved: dict, current: dict) -> list[str]:
 
     ``out_dir`` is compared as a resolved path: ``runs/x`` and ``./runs/x/`` are the same run. Keys that
     ``saved`` lacks (it was written before they existed) count as their defaults, which reproduce what
-    the run did then. ``allocator`` is not compared: it changes memory and speed, not results, so a run
-    may be resumed under another one (a run saved before the key existed counts as ``retain``).
+    the run did then. ``allocator`` and ``data.on_device`` are not compared: they change memory and speed,
+    not results, so a run may be resumed under another one (a run saved before ``allocator`` existed counts
+    as ``retain``).
     """
     saved, current = _dotted(saved), _dotted(current)
     return sorted(key for key in saved if key not in _NOT_COMPARED and saved[key] != current[key])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -14,13 +15,13 @@ from torch_geometric.utils import is_undirected
 
 from kmipgt.data import (
     LaplacianPE,
-    RandomWalkSE,
     add_virtual_node,
     get_dataset,
     list_datasets,
     redraw_split_masks,
 )
 from kmipgt.data.graph_checks import check_category_ids, class_count
+from kmipgt.data.positional_encodings import random_walk_se_of_graphs
 from kmipgt.data.registry import NUMERIC_FEATURES, CategoricalFeatures
 from kmipgt.data.streamed import StreamedGraphs
 from kmipgt.train.config import Config
@@ -87,12 +88,23 @@ def _edge_features(graph: Data, categorical: bool = False) -> torch.Tensor | Non
 
 
 def _add_encodings(graph: Data, config: Config) -> Data:
+    return _add_set_encodings([graph], config)[0]
+
+
+def _add_set_encodings(graphs: list[Data], config: Config) -> list[Data]:
+    """``graphs`` with the configured encodings: LapPE graph by graph, RWSE of them all at once
+    (:func:`~kmipgt.data.positional_encodings.random_walk_se_of_graphs`)."""
     if config.data.lappe_dim > 0:
-        graph = LaplacianPE(config.data.lappe_dim, attr_name="lappe")(graph)
-        del graph["lappe_eigval"]
+        graphs = [LaplacianPE(config.data.lappe_dim, attr_name="lappe")(graph) for graph in graphs]
+        for graph in graphs:
+            del graph["lappe_eigval"]
     if config.data.rwse_dim > 0:
-        graph = RandomWalkSE(config.data.rwse_dim, attr_name="rwse")(graph)
-    return graph
+        encodings = random_walk_se_of_graphs([g.edge_index for g in graphs], [g.num_nodes for g in graphs],
+                                             config.data.rwse_dim)
+        graphs = [copy.copy(graph) for graph in graphs]  # as a transform does: the caller's graphs unchanged
+        for graph, rwse in zip(graphs, encodings, strict=True):
+            graph.rwse = rwse
+    return graphs
 
 
 def _check_categories(splits: dict[str, list[Data]], categories: CategoricalFeatures, name: str) -> None:
@@ -276,10 +288,9 @@ def _graph_level(
         if categories != NUMERIC_FEATURES:
             raise ValueError(f"dataset {config.data.name!r} streams its splits: its features must be numbers")
         return _streamed_level(raw, config)
-    splits = {
-        s: [_prepare_graph(g, config, categories=categories) for g in graphs]
-        for s, graphs in _as_split_lists(raw).items()
-    }
+    prepare = partial(_prepare_graph, config=config, encodings=False, categories=categories)
+    raw_splits = _as_split_lists(raw)
+    splits = {s: _add_set_encodings([prepare(g) for g in graphs], config) for s, graphs in raw_splits.items()}
     _check_categories(splits, categories, config.data.name)
     if config.data.normalize_features:
         _standardise_features([g for s in SPLITS for g in splits[s]], splits["train"], categories)

@@ -137,7 +137,9 @@ class Trainer:
             self.task = make_task(config, self.data, self.loader_generator, self.ranks)
         self.steps_per_epoch = self.task.steps_per_epoch()
         opt = config.optim
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=opt.lr, weight_decay=opt.weight_decay)
+        # On CUDA one fused kernel updates every parameter (the default, foreach, launches several per step).
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=opt.lr, weight_decay=opt.weight_decay,
+                                           fused=True if self.device.type == "cuda" else None)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer,
             warmup_cosine(opt.warmup_epochs * self.steps_per_epoch, opt.epochs * self.steps_per_epoch),

@@ -19,7 +19,26 @@ from torch_geometric.data import Batch, Data
 # host (kmipgt.train.task.forward).
 HOST_PTR = "host_ptr"
 
-__all__ = ["HOST_PTR", "ResidentGraphs"]
+# data.on_device's default keeps a set of graphs on a CUDA device when its tensors take at most this share of
+# the device's free memory (the rest is for the model, its activations and the optimiser).
+RESIDENT_SHARE = 0.25
+
+__all__ = ["HOST_PTR", "RESIDENT_SHARE", "ResidentGraphs", "graphs_nbytes", "resident_by_default"]
+
+
+def graphs_nbytes(graphs: Sequence[Data]) -> int:
+    """Bytes of every tensor attribute of ``graphs``."""
+    return sum(value.nbytes for graph in graphs for _, value in graph if isinstance(value, Tensor))
+
+
+def resident_by_default(nbytes: int, device: torch.device) -> bool:
+    """``data.on_device``'s default: keep ``nbytes`` of graphs on ``device`` when it is a CUDA device with
+    at least ``nbytes / RESIDENT_SHARE`` bytes free. Never on the CPU, where collating each batch costs
+    milliseconds beside a step of seconds and a resident copy would double the data's memory."""
+    if device.type != "cuda":
+        return False
+    free, _ = torch.cuda.mem_get_info(device)
+    return nbytes <= RESIDENT_SHARE * free
 
 
 def _check_own_nodes(full: Batch) -> None:

@@ -31,7 +31,7 @@ from kmipgt.train.datasets import SPLITS, PreparedData, label_columns, node_coor
 from kmipgt.train.metric_accumulators import SplitScores, accumulates
 from kmipgt.train.metrics import compute_metric
 from kmipgt.train.padding import EDGE_MASK, NODE_MASK, REAL_GRAPHS, PadBudget, pad_batch, required_budget
-from kmipgt.train.resident import HOST_PTR, ResidentGraphs
+from kmipgt.train.resident import HOST_PTR, ResidentGraphs, graphs_nbytes, resident_by_default
 from kmipgt.train.segmentation_metrics import SHAPE_METRICS, shape_parts
 
 __all__ = [
@@ -301,7 +301,8 @@ class GraphTask(Task):
         self, config: Config, data: PreparedData, generator: torch.Generator, ranks: Ranks | None = None
     ):
         super().__init__(config, data, generator, ranks)
-        self._resident: dict[tuple[str, torch.device], ResidentGraphs] = {}
+        self._resident: dict[tuple[str, torch.device], ResidentGraphs | None] = {}
+        self._fits: dict[torch.device, bool] = {}
         self.pad_budget = PadBudget.from_config(config.data.pad_to)
         if self.pad_budget is not None:
             self._check_budget()
@@ -338,8 +339,8 @@ class GraphTask(Task):
         """The mini-batches of ``split`` on ``device``: cut from the resident split, or collated on the host
         (into pinned memory for a CUDA device) and copied."""
         budget = self.pad_budget
-        if self.config.data.on_device:
-            resident = self._resident_split(split, device)
+        resident = self._resident_split(split, device)
+        if resident is not None:
             batches = (resident.batch(index) for index in self._loader(split, shuffle, indices=True))
             return batches if budget is None else (pad_batch(batch, budget) for batch in batches)
         loader = self._loader(split, shuffle, pin_memory=device.type == "cuda")
@@ -347,11 +348,31 @@ class GraphTask(Task):
             return (batch_to_device(pad_batch(batch, budget), device) for batch in loader)
         return (batch_to_device(batch, device) for batch in loader)
 
-    def _resident_split(self, split: str, device: torch.device) -> ResidentGraphs:
+    def _resident_split(self, split: str, device: torch.device) -> ResidentGraphs | None:
+        """``split`` kept on ``device``, or None where ``data.on_device`` (or its default) keeps it on the
+        host. The default keeps it resident only where every split fits (:func:`resident_by_default`) and
+        :class:`ResidentGraphs` takes the graphs (tensor attributes alone)."""
         key = (split, device)
-        if key not in self._resident:
-            self._resident[key] = ResidentGraphs(self.data.splits[split], device)
+        if key in self._resident:
+            return self._resident[key]
+        graphs = self.data.splits[split]
+        choice = self.config.data.on_device
+        if choice is None:
+            choice = isinstance(graphs, Sequence) and self._all_splits_fit(device)
+        try:
+            self._resident[key] = ResidentGraphs(graphs, device) if choice else None
+        except ValueError:
+            if self.config.data.on_device:
+                raise
+            self._resident[key] = None  # the default: attributes that only the host's collation takes
         return self._resident[key]
+
+    def _all_splits_fit(self, device: torch.device) -> bool:
+        if device not in self._fits:
+            splits = self.data.splits.values()
+            nbytes = sum(graphs_nbytes(graphs) for graphs in splits if isinstance(graphs, Sequence))
+            self._fits[device] = resident_by_default(nbytes, device)
+        return self._fits[device]
 
     def split_outputs(
         self, predict: Callable[[Data], torch.Tensor], splits: Iterable[str], device: torch.device
