@@ -53,3 +53,27 @@ def test_stand_ins_prepare_like_the_datasets_they_replace():
     assert stand_in_data(load_config("minnesota"), train_graphs=0) is None  # shipped: loaded as it is
     with pytest.raises(ValueError, match=r"data\.options\.name must be one of"):
         stand_in_data(load_config("city_networks", ["data.options={name: rome}"]), train_graphs=0)
+
+
+@pytest.mark.parametrize(("name", "points", "columns", "k"),
+                         [("s3dis", 4096, 9, 32), ("shapenet_part", 2048, 6, 8)])
+def test_point_cloud_stand_ins_are_knn_graphs_of_the_datasets_columns_and_labels(name, points, columns, k):
+    from kmipgt.data.shapenet_part import shapenet_part_category_parts
+
+    config = load_config(name, ["data.options.root=/nowhere"])
+    splits = stand_in_data(config, train_graphs=3)
+    assert [len(splits[s]) for s in ("train", "val", "test")] == [3, 1, 1]
+    for graph in splits["train"]:
+        xyz = graph.x[:, 3:] if name == "shapenet_part" else graph.x[:, :3]
+        assert graph.x.shape == (points, columns) and torch.equal(graph.pos, xyz)
+        targets = graph.edge_index[1].bincount(minlength=points)
+        assert graph.edge_index.shape == (2, points * k) and bool((targets == k).all())
+        distances = (graph.pos[graph.edge_index[0]] - graph.pos[graph.edge_index[1]]).norm(dim=1)
+        assert float(distances.max()) < 0.5  # neighbours, not random pairs, of points in the unit cube
+        if name == "s3dis":
+            assert int(graph.y.min()) >= 0 and int(graph.y.max()) < 13
+        else:
+            allowed = shapenet_part_category_parts()[int(graph.category)]
+            assert set(graph.y.unique().tolist()) <= set(allowed)
+    data = prepare_data(config, raw=splits)
+    assert data.in_channels == columns and len(data.splits["train"]) == 3

@@ -8,6 +8,10 @@
 - ``city_networks`` and ``synthetic_city``: a synthetic city of the configured (or the real city's) number
   of nodes, its 37 features (12 with ``augmented: false``), with random labels of 10 classes and a
   10/10/80 split in place of the eccentricity labels, which do not change the cost of a step.
+- ``s3dis``: blocks of 4,096 random points with S3DIS's 9 columns (xyz, rgb, room-normalised xyz), labels
+  of its 13 classes and the configured kNN graph;
+- ``shapenet_part``: shapes of 2,048 random points with ShapeNet-Part's 6 columns (normals, xyz), a
+  category each and part labels among that category's parts, and the configured kNN graph.
 
 Every other dataset needs neither a copy nor long preparation and is loaded as configured (None here).
 """
@@ -22,6 +26,8 @@ from torch_geometric.data import Data
 from kmipgt.data import random_split_masks, synthetic_city
 from kmipgt.data.city_networks import CITY_NUM_NODES
 from kmipgt.data.lrgb import OGB_ATOM_DIMS, OGB_BOND_DIMS
+from kmipgt.data.point_cloud import knn_graph
+from kmipgt.data.shapenet_part import shapenet_part_category_parts
 from kmipgt.train.config import Config
 
 __all__ = ["PEPTIDES_TARGETS", "molecule_like_graphs", "stand_in_data"]
@@ -31,6 +37,9 @@ PEPTIDES_TARGETS = {"peptides-func": (10, True), "peptides-struct": (11, False)}
 # Classes of the City-Networks labels (10 chunks of eccentricity); node features without the augmentation.
 CITY_CLASSES = 10
 CITY_PLAIN_FEATURES = 12
+# Points per block and classes of S3DIS's blocks; points per shape of ShapeNet-Part's.
+S3DIS_POINTS, S3DIS_CLASSES = 4096, 13
+SHAPENET_POINTS = 2048
 
 
 def _integer_features(rows: int, dims: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
@@ -88,6 +97,27 @@ def _city(num_nodes: int, seed: int, num_edges: int | None) -> Data:
     return graph
 
 
+def _s3dis_block(k: int, generator: torch.Generator) -> Data:
+    x = torch.rand(S3DIS_POINTS, 9, generator=generator)
+    pos = x[:, :3].clone()
+    y = torch.randint(0, S3DIS_CLASSES, (S3DIS_POINTS,), generator=generator)
+    return Data(x=x, pos=pos, y=y, area=torch.tensor([1]), edge_index=knn_graph(pos, k))
+
+
+def _shapenet_shape(k: int, generator: torch.Generator) -> Data:
+    parts = shapenet_part_category_parts()
+    category = int(torch.randint(0, len(parts), (1,), generator=generator))
+    allowed = torch.tensor(parts[category])
+    pos = torch.rand(SHAPENET_POINTS, 3, generator=generator)
+    normals = torch.nn.functional.normalize(torch.randn(SHAPENET_POINTS, 3, generator=generator), dim=1)
+    y = allowed[torch.randint(0, allowed.numel(), (SHAPENET_POINTS,), generator=generator)]
+    return Data(x=torch.cat([normals, pos], 1), pos=pos, y=y, category=torch.tensor([category]),
+                edge_index=knn_graph(pos, k))
+
+
+_POINT_CLOUDS = {"s3dis": (_s3dis_block, 32), "shapenet_part": (_shapenet_shape, 8)}
+
+
 def stand_in_data(config: Config, train_graphs: int) -> Any | None:
     """The raw dataset (as ``config.data.name``'s loader returns it) that stands in for ``config``'s, or
     None where the configured dataset itself is cheap to load. Graph-level stand-ins have
@@ -106,4 +136,10 @@ def stand_in_data(config: Config, train_graphs: int) -> Any | None:
         return graph
     if config.data.name == "synthetic_city":
         return _city(options.get("num_nodes", 0), options.get("seed", seed), options.get("num_edges"))
+    if config.data.name in _POINT_CLOUDS:
+        make, default_k = _POINT_CLOUDS[config.data.name]
+        generator = torch.Generator().manual_seed(seed)
+        sizes = {"train": train_graphs, "val": 1, "test": 1}
+        k = options.get("k", default_k)
+        return {split: [make(k, generator) for _ in range(count)] for split, count in sizes.items()}
     return None
