@@ -11,12 +11,17 @@ from kmipgt.train import load_run
 from tiny_runs import train_tiny_city
 
 
-@pytest.mark.slow
-def test_cli_reads_the_learned_modulation_and_checks_the_estimator(tmp_path, capsys, monkeypatch):
+def _trained_run(tmp_path, capsys, monkeypatch, attention: str, num_nodes: int) -> Path:
     monkeypatch.chdir(Path(__file__).parents[2])
     run = tmp_path / "run"
-    train_tiny_city(run, attention="grf", num_nodes=300)
+    train_tiny_city(run, attention=attention, num_nodes=num_nodes)
     capsys.readouterr()
+    return run
+
+
+@pytest.mark.slow
+def test_cli_reads_the_learned_modulation_and_checks_the_estimator(tmp_path, capsys, monkeypatch):
+    run = _trained_run(tmp_path, capsys, monkeypatch, "grf", 300)
     out = tmp_path / "grf"
     code = main(["analysis", "grf", str(run), "--walks", "2,200", "--seeds", "2", "--out", str(out)])
     printed = capsys.readouterr()
@@ -49,10 +54,7 @@ def test_cli_reads_the_learned_modulation_and_checks_the_estimator(tmp_path, cap
 
 @pytest.mark.slow
 def test_cli_refuses_a_run_without_grf_attention(tmp_path, capsys, monkeypatch):
-    monkeypatch.chdir(Path(__file__).parents[2])
-    run = tmp_path / "run"
-    train_tiny_city(run, attention="none", num_nodes=100)
-    capsys.readouterr()
+    run = _trained_run(tmp_path, capsys, monkeypatch, "none", 100)
     code = main(["analysis", "grf", str(run), "--modulation-only", "--out", str(tmp_path / "grf")])
     assert code == 2 and "no GRF attention layer" in capsys.readouterr().err
     assert not (tmp_path / "grf" / "grf.json").exists()

@@ -14,12 +14,9 @@ MAX_DENSE_NODES = 5000
 
 
 def _analysis_grf(args: argparse.Namespace) -> int:
-    import torch
-
-    from kmipgt.analysis.grf_estimator import estimation_errors, summarize_errors
+    from kmipgt.analysis.grf_estimator import summarize_errors
     from kmipgt.analysis.modulation import modulations, plot_modulations
-    from kmipgt.nn.grf_core import GRFCore
-    from kmipgt.train import load_run, split_graph
+    from kmipgt.train import load_run
     from kmipgt.train.report import write_json
 
     out = args.out if args.out is not None else args.runs[0] / "grf"
@@ -34,24 +31,9 @@ def _analysis_grf(args: argparse.Namespace) -> int:
         found = runs[str(run)] = modulations(trainer.model)
         if args.walks is None:
             continue
-        if graph is None:
-            graph = split_graph(trainer, args.split, args.graph).graph
-            if graph.num_nodes > MAX_DENSE_NODES:
-                raise ValueError(
-                    f"graph {args.graph} of split {args.split!r} has {graph.num_nodes} nodes; the exact "
-                    f"mask is dense, so the estimator check takes graphs of up to {MAX_DENSE_NODES} "
-                    "(--modulation-only skips it)"
-                )
-        core = next(module for module in trainer.model.modules() if isinstance(module, GRFCore))
-        rows = estimation_errors(
-            graph.edge_index, graph.num_nodes, torch.cat([layer.learned for layer in found]), args.walks,
-            range(args.seeds), p_halt=core.p_halt, repelling=core.repelling, antithetic=core.antithetic,
-        )
-        heads = found[0].learned.shape[0]
-        record["estimator"] += [
-            {"run": str(run), **row, "layer": found[row["head"] // heads].name, "head": row["head"] % heads}
-            for row in rows
-        ]
+        graph = _checked_graph(trainer, args) if graph is None else graph
+        rows = _estimator_rows(trainer, found, graph, args)
+        record["estimator"] += [{"run": str(run), **row} for row in rows]
     # The run folders' names as labels where they tell the runs apart (a sweep's cells), else their paths.
     names = [Path(run).name for run in runs]
     plot_modulations(figure, dict(zip(names if len(set(names)) == len(names) else runs, runs.values())))
@@ -67,6 +49,36 @@ def _analysis_grf(args: argparse.Namespace) -> int:
     write_json(out / "grf.json", record)
     print(f"wrote {figure} and {out / 'grf.json'}")
     return 0
+
+
+def _checked_graph(trainer, args: argparse.Namespace):
+    """The graph of the estimator check (``--split``, ``--graph``), refused above ``MAX_DENSE_NODES``."""
+    from kmipgt.train import split_graph
+
+    graph = split_graph(trainer, args.split, args.graph).graph
+    if graph.num_nodes > MAX_DENSE_NODES:
+        raise ValueError(
+            f"graph {args.graph} of split {args.split!r} has {graph.num_nodes} nodes; the exact mask is "
+            f"dense, so the estimator check takes graphs of up to {MAX_DENSE_NODES} (--modulation-only skips "
+            "it)"
+        )
+    return graph
+
+
+def _estimator_rows(trainer, found: list, graph, args: argparse.Namespace) -> list[dict]:
+    """The estimator's errors for every head of every GRF layer of one run, each row naming its layer."""
+    import torch
+
+    from kmipgt.analysis.grf_estimator import estimation_errors
+    from kmipgt.nn.grf_core import GRFCore
+
+    core = next(module for module in trainer.model.modules() if isinstance(module, GRFCore))
+    rows = estimation_errors(
+        graph.edge_index, graph.num_nodes, torch.cat([layer.learned for layer in found]), args.walks,
+        range(args.seeds), p_halt=core.p_halt, repelling=core.repelling, antithetic=core.antithetic,
+    )
+    heads = found[0].learned.shape[0]
+    return [{**row, "layer": found[row["head"] // heads].name, "head": row["head"] % heads} for row in rows]
 
 
 def _print_modulation(runs: dict) -> None:

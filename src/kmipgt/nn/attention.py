@@ -39,10 +39,10 @@ def _core_attribute(name: str) -> property:
     )
 
 
-
 def _at_least_float32(tensor: Tensor) -> Tensor:
     """``tensor`` in float32 where it is in a half dtype (autocast's), else as it is (a float64 model)."""
     return tensor if tensor.dtype in (torch.float32, torch.float64) else tensor.float()
+
 
 class ProjectedAttention(torch.nn.Module):
     r"""Multi-head global attention: projections shared by every kind around the core of one kind.

@@ -164,7 +164,6 @@ def node_graph_bounds(
     return lo.to(device), hi.to(device)
 
 
-
 def host_to_device(tensor: Tensor, device: torch.device) -> Tensor:
     """A CPU tensor on ``device``, copied from pinned memory without blocking the host (as it is on the
     CPU)."""
@@ -173,6 +172,7 @@ def host_to_device(tensor: Tensor, device: torch.device) -> Tensor:
     if device.type == "cuda" and not torch.compiler.is_compiling():
         tensor = tensor.pin_memory()
     return tensor.to(device, non_blocking=True)
+
 
 class RaggedLayout:
     """The graphs of a node-major batch, as the host and the device each read them.

@@ -368,6 +368,7 @@ class GraphTask(Task):
         return self._resident[key]
 
     def _all_splits_fit(self, device: torch.device) -> bool:
+        # Decided once per device, before a split moves there (the free memory it reads drops afterwards).
         if device not in self._fits:
             splits = self.data.splits.values()
             nbytes = sum(graphs_nbytes(graphs) for graphs in splits if isinstance(graphs, Sequence))
