@@ -68,7 +68,7 @@ def test_the_default_targets_are_the_measurements_asked_for_within_ten_minutes(t
     assert [t.name for t in chosen] == [
         "environment", "pytest -m cuda", "bench ragged", "bench step kmip", "bench step none",
         "1M-token k-MIP forward+backward", "bench compile", "limit shapes", "two Peptides-func epochs none",
-        "two Peptides-func epochs kmip",
+        "two Peptides-func epochs kmip", "two Peptides-func epochs kmip, CUDA graphs",
     ]
     # Without the optional epochs the limits fit the budget whole.
     assert sum(t.limit for t in chosen if t.refused is None) <= gpu_check.BUDGET

@@ -135,3 +135,43 @@ def test_the_search_under_autocast_ranks_by_float32_scores():
             scores, index = topk_inner_product(query, key, 7, ptr=ptr, backend=backend)
             torch.testing.assert_close(index, expected[1], rtol=0, atol=0)
             torch.testing.assert_close(scores, expected[0])
+
+
+def test_cuda_graphs_leave_out_the_operators_that_route_on_the_host():
+    """Under ``torch.compile(mode="reduce-overhead")`` inductor captures in CUDA graphs every operator that
+    its partitioner finds safe, and replays it without the Python around it. The attention and search
+    operators choose kernels and launch grids from the values of the CPU offsets, so a replay on another
+    batch would run the first batch's launches: on the forward and the backward graph that inductor gets,
+    the partitioner's test must find them unsafe, while the gated mean, whose work depends on shapes
+    alone, stays captured."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._inductor.utils import is_cudagraph_unsafe_fx_node
+
+    ptr, _, query, key, value = _tensors("cpu")
+    edge_index = torch.randint(0, int(ptr[-1]), (2, 60), generator=torch.Generator().manual_seed(2))
+    logits = torch.randn(60, query.shape[1] * value.shape[2], requires_grad=True)
+
+    def loss(query, key, value, logits, ptr):
+        scores, _ = topk_inner_product(query.detach(), key.detach(), 3, ptr=ptr)  # (no gradient)
+        out = kmip_attention(query, key, value, 4, ptr=ptr) + full_attention(query, key, value, ptr=ptr)
+        return out.sum() + scores.sum() + gated_mean(logits, out.flatten(1), edge_index).sum()
+
+    graphs = []
+
+    def keep(graph, _):
+        graphs.append(graph)
+        return make_boxed_func(graph.forward)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(loss, backend=aot_autograd(fw_compiler=keep, bw_compiler=keep), fullgraph=True)
+    compiled(query.requires_grad_(), key.requires_grad_(), value.requires_grad_(), logits, ptr).backward()
+    nodes = [node for graph in graphs for node in graph.graph.nodes if node.op == "call_function"]
+    called = {str(node.target) for node in nodes}
+    unsafe = {str(node.target) for node in nodes if is_cudagraph_unsafe_fx_node(node)}
+    host_routed = {f"kmipgt.{name}.default" for name in (
+        "topk_inner_product", "kmip_attention", "kmip_attention_backward", "full_attention",
+        "full_attention_backward")}
+    assert len(graphs) == 2
+    assert host_routed | {"kmipgt.gated_mean.default", "kmipgt.gated_mean_backward.default"} <= called
+    assert unsafe == host_routed

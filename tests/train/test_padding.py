@@ -185,6 +185,15 @@ def test_resident_batches_pad_as_collated_ones(tmp_path):
     assert torch.equal(getattr(cut, HOST_PTR), collated.ptr)
 
 
+def test_a_fast_dev_run_checks_the_padded_batches_an_epoch_runs(tmp_path):
+    from kmipgt.train.fast_dev_run import fast_dev_run
+
+    checks = fast_dev_run(_config(tmp_path), batches=2, echo=lambda line: None, data=_data())
+    assert [check.phase for check in checks] == ["train", "train", "val", "val", "test", "test"]
+    assert all(check.shapes["x"][0] == BUDGET.nodes for check in checks)
+    assert all(check.shapes["output"] == [BUDGET.graphs, LABELS] for check in checks if check.phase != "train")
+
+
 def test_a_budget_too_small_is_a_clear_error(tmp_path):
     data = _data()
     needed = required_budget(data.splits["train"], 5)
@@ -251,3 +260,42 @@ def test_a_compiled_model_sees_one_shape_for_every_padded_batch():
             for grad, expected_grad in zip(grads, expected_grads, strict=True):
                 torch.testing.assert_close(grad, expected_grad, rtol=1e-3, atol=1e-5)
     assert counters["stats"]["unique_graphs"] - before == compiled.graphs == 1
+
+
+@pytest.mark.parametrize(("override", "match"), [
+    ("optim.compile=false", "needs 'optim.compile: true'"),
+    ("data.pad_to={}", "needs 'data.pad_to'"),
+    ("device=cpu", "needs a CUDA device, got device 'cpu'"),
+])
+def test_cuda_graphs_configs_without_what_they_need_are_refused(tmp_path, override, match):
+    base = [f"out_dir={tmp_path}", "task.level=graph", "data.pad_to={nodes: 10, edges: 10, graphs: 2}",
+            "optim.compile=true", "optim.cuda_graphs=true", "device=cuda"]
+    validate_config(load_config(None, base))
+    with pytest.raises(ValueError, match=match):
+        validate_config(load_config(None, [*base, override]))
+
+
+def test_cuda_graphs_refuse_a_model_on_the_cpu():
+    from kmipgt.train.compiled import CompiledModel
+
+    with pytest.raises(ValueError, match=r"need the model on a CUDA device, got \['cpu'\]"):
+        CompiledModel(_model("batch"), dynamic=False, cuda_graphs=True)
+
+
+@pytest.mark.cuda
+def test_a_run_captured_in_cuda_graphs_trains_and_scores_as_the_eager_one(tmp_path):
+    """Padded batches of other graph layouts step after step: the attention operators route each one
+    afresh between the replayed parts, so the captured run's losses and metrics are the eager run's."""
+    from torch._dynamo.utils import counters
+
+    data = _data()
+    skips = counters["inductor"]["cudagraph_skips"]
+    histories = []
+    for compiled in (False, True):
+        extra = ("device=cuda", f"optim.compile={compiled}", f"optim.cuda_graphs={compiled}")
+        trainer = Trainer(_config(tmp_path / str(compiled), extra=extra), data)
+        trainer.fit(progress=False)
+        histories.append([(row["train_loss"], row["val"], row["test"]) for row in trainer.state.history])
+    assert counters["inductor"]["cudagraph_skips"] == skips
+    for row, captured_row in zip(*histories, strict=True):
+        assert captured_row == pytest.approx(row, rel=1e-4, abs=1e-5)

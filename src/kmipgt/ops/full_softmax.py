@@ -12,6 +12,7 @@ from torch import Tensor
 from kmipgt.ops.attention import AttentionSelection, checked_layout, empty_selection
 from kmipgt.ops.gathers import accumulate_dtype, gathered_dot
 from kmipgt.ops.library import (
+    HOST_ROUTED,
     attention_dtypes,
     dropout_seed,
     layout_arguments,
@@ -68,7 +69,7 @@ def full_attention(
     return torch.ops.kmipgt.full_attention(query, key, value, *arguments, scale, dropout_p, seed)
 
 
-@torch.library.custom_op("kmipgt::full_attention", mutates_args=())
+@torch.library.custom_op("kmipgt::full_attention", mutates_args=(), tags=HOST_ROUTED)
 def _full_attention_op(
     query: Tensor, key: Tensor, value: Tensor, ptr: Tensor | None, key_ptr: Tensor | None,
     device_ptr: Tensor | None, scale: float, dropout_p: float, seed: Tensor | None,
@@ -84,7 +85,7 @@ def _(query, key, value, ptr, key_ptr, device_ptr, scale, dropout_p, seed):
     return value.new_empty(query.shape[0], value.shape[1], value.shape[2])
 
 
-@torch.library.custom_op("kmipgt::full_attention_backward", mutates_args=())
+@torch.library.custom_op("kmipgt::full_attention_backward", mutates_args=(), tags=HOST_ROUTED)
 def _full_attention_backward_op(
     grad_out: Tensor, query: Tensor, key: Tensor, value: Tensor, ptr: Tensor | None, key_ptr: Tensor | None,
     device_ptr: Tensor | None, scale: float, dropout_p: float, seed: Tensor | None,

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from kmipgt.ops.gathers import accumulate_dtype
-from kmipgt.ops.library import op_layout, without_autocast
+from kmipgt.ops.library import HOST_ROUTED, op_layout, without_autocast
 from kmipgt.ops.search.dispatch import search
 from kmipgt.ops.selected_softmax import padding_rows, selected_softmax_backward, selected_softmax_forward
 from kmipgt.ops.small_graphs import fused_kernel
@@ -50,7 +50,7 @@ def _no_keep(weight: Tensor) -> Tensor:
     return weight.new_empty(0, dtype=torch.bool)
 
 
-@torch.library.custom_op("kmipgt::kmip_attention", mutates_args=())
+@torch.library.custom_op("kmipgt::kmip_attention", mutates_args=(), tags=HOST_ROUTED)
 def _kmip_attention_op(
     query: Tensor, key: Tensor, value: Tensor, k: int, ptr: Tensor | None, key_ptr: Tensor | None,
     device_ptr: Tensor | None, index: Tensor | None, score: Tensor | None, scale: float, dropout_p: float,
@@ -105,7 +105,7 @@ def _(query, key, value, k, ptr, key_ptr, device_ptr, index, score, scale, dropo
             query.new_empty(slots, dtype=torch.long), query.new_empty(slots), weight, keep)
 
 
-@torch.library.custom_op("kmipgt::kmip_attention_backward", mutates_args=())
+@torch.library.custom_op("kmipgt::kmip_attention_backward", mutates_args=(), tags=HOST_ROUTED)
 def _kmip_attention_backward_op(
     grad_out: Tensor, query: Tensor, key: Tensor, value: Tensor, index: Tensor, weight: Tensor, keep: Tensor,
     ptr: Tensor | None, key_ptr: Tensor | None, device_ptr: Tensor | None, scale: float, dropout_p: float,

@@ -20,6 +20,7 @@ from torch import Tensor
 from kmipgt.ops.ragged import RaggedLayout
 
 __all__ = [
+    "HOST_ROUTED",
     "OpLayout",
     "attention_dtypes",
     "dropout_seed",
@@ -30,6 +31,14 @@ __all__ = [
     "traced_offsets",
     "without_autocast",
 ]
+
+
+# The tags of an operator that routes each call on the host from the values of the CPU offsets ``ptr``
+# (which kernel, its launch grid, the graph blocks). A CUDA graph replays the kernels it captured, not that
+# routing: a replay on a batch with other offsets would launch the captured batch's grids. Tagged unsafe to
+# capture, the operator runs eagerly between the captured parts under torch.compile(mode="reduce-overhead")
+# (inductor's graph partition) and re-routes every call.
+HOST_ROUTED = (torch.Tag.cudagraph_unsafe,)
 
 
 class OpLayout(NamedTuple):

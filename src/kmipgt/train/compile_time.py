@@ -28,7 +28,8 @@ __all__ = ["compiled_step_benchmark", "markdown_table", "plot_steps", "write_out
 
 
 def _trainer(config: Config, compiled: bool) -> Trainer:
-    variant = replace(config, optim=replace(config.optim, compile=compiled))
+    cuda_graphs = compiled and config.optim.cuda_graphs
+    variant = replace(config, optim=replace(config.optim, compile=compiled, cuda_graphs=cuda_graphs))
     raw = stand_in_data(variant, STAND_IN_BATCHES * variant.data.batch_size)
     trainer = Trainer(variant, data=prepare_data(variant, raw=raw))
     trainer.model.train()

@@ -39,6 +39,18 @@ def _traceable(model: torch.nn.Module) -> bool:
     return all(m.kind.compiles for m in model.modules() if isinstance(m, ProjectedAttention))
 
 
+def _check_cuda_graphs(model: torch.nn.Module, backend: str, dynamic: bool) -> None:
+    """ValueError unless ``model`` can be captured in CUDA graphs as :class:`CompiledModel` does it."""
+    devices = sorted({p.device.type for p in model.parameters()})
+    if devices != ["cuda"]:
+        raise ValueError(f"CUDA graphs (optim.cuda_graphs) need the model on a CUDA device, got {devices}")
+    if backend != "inductor":
+        raise ValueError(f"CUDA graphs (optim.cuda_graphs) are captured by inductor, got backend {backend!r}")
+    if dynamic:
+        raise ValueError("CUDA graphs (optim.cuda_graphs) need static shapes (data.pad_to): a graph is "
+                         "captured for every batch shape")
+
+
 class CompiledModel(torch.nn.Module):
     """``model`` compiled with dynamic shapes and no graph break (``fullgraph=True``): the numbers of nodes,
     edges and graphs of a batch are symbolic, so a run's batches of every shape reuse one graph per mode
@@ -54,21 +66,37 @@ class CompiledModel(torch.nn.Module):
     that one shape instead, with no symbolic size (another shape would compile again, and TorchDynamo's
     automatic dynamic shapes stay off).
 
+    With ``cuda_graphs`` (``optim.cuda_graphs``, on a CUDA model with static shapes) the graphs are compiled
+    with ``mode="reduce-overhead"``: inductor captures each in CUDA graphs and replays them, one launch for
+    the kernels that a step would otherwise launch one by one. The kmipgt attention operators route every
+    call on the host from the batch's offsets, so they are kept out of the captured parts and run eagerly
+    between them (:data:`kmipgt.ops.library.HOST_ROUTED`). A replay writes its outputs into memory that the
+    next replay reuses: each call here starts a new step of the captured graphs and returns a copy of the
+    output, which stays valid.
+
     Args:
         model: a kmipgt model (its forward takes ``ptr``, as every kmipgt model's does).
         backend: the ``torch.compile`` backend (default: inductor).
         dynamic: symbolic batch sizes (default), or the static shapes of padded batches.
+        cuda_graphs: capture the compiled graphs in CUDA graphs (inductor, a CUDA model, ``dynamic=False``).
     """
 
-    def __init__(self, model: torch.nn.Module, backend: str = "inductor", dynamic: bool = True):
+    def __init__(
+        self, model: torch.nn.Module, backend: str = "inductor", dynamic: bool = True,
+        cuda_graphs: bool = False,
+    ):
         super().__init__()
-        options = None
-        if backend == "inductor" and all(p.device.type == "cpu" for p in model.parameters()):
+        options, mode = None, None
+        if cuda_graphs:
+            _check_cuda_graphs(model, backend, dynamic)
+            mode = "reduce-overhead"
+        elif backend == "inductor" and all(p.device.type == "cpu" for p in model.parameters()):
             _aten_batch_norm()
             # Inductor's own CPU random numbers take 3 times aten's: dropout runs aten's in the graph.
             options = {"fallback_random": True}
+        self.cuda_graphs = cuda_graphs
         self.compiled = torch.compile(model, dynamic=dynamic, fullgraph=_traceable(model), backend=backend,
-                                      options=options)
+                                      mode=mode, options=options)
         self._graphs_before = counters["stats"]["unique_graphs"]
 
     @property
@@ -77,5 +105,8 @@ class CompiledModel(torch.nn.Module):
         return counters["stats"]["unique_graphs"] - self._graphs_before
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if self.cuda_graphs:
+            torch.compiler.cudagraph_mark_step_begin()
         with fx_config.patch(use_duck_shape=False):
-            return self.compiled(*args, **kwargs)
+            out = self.compiled(*args, **kwargs)
+        return out.clone() if self.cuda_graphs else out

@@ -155,6 +155,9 @@ class OptimConfig:
     ``compile``: run the model through ``torch.compile`` (dynamic shapes, no graph break, one process only):
     one graph for training and one for evaluation whatever the batch shapes (docs/training.md, "Compile
     and export").
+    ``cuda_graphs``: capture the compiled model in CUDA graphs (``torch.compile(mode="reduce-overhead")``), so
+    that a step replays its kernels instead of launching them one by one; needs ``compile``, ``data.pad_to``
+    (one batch shape) and a CUDA device. The attention operators run eagerly between the captured parts.
     """
 
     lr: float = 1e-3
@@ -165,6 +168,7 @@ class OptimConfig:
     eval_every: int = 1
     precision: str = "fp32"
     compile: bool = False
+    cuda_graphs: bool = False
 
 
 @dataclass

@@ -26,7 +26,7 @@ from kmipgt.train.datasets import PreparedData, prepare_data
 from kmipgt.train.loop import Trainer
 from kmipgt.train.losses import compute_loss
 from kmipgt.train.runtime import seed_everything
-from kmipgt.train.task import NodeTask, Step, batch_to_device
+from kmipgt.train.task import NodeTask, Step
 
 __all__ = ["BatchCheck", "fast_dev_run", "fast_dev_run_configs"]
 
@@ -104,8 +104,8 @@ def _evaluation_checks(trainer: Trainer, batches: int) -> Iterator[BatchCheck]:
         yield _evaluated(trainer, "evaluation", 1, graph, masks)
         return
     for split in EVALUATED:
-        for index, batch in enumerate(islice(task.eval_batches(split), batches), 1):
-            yield _evaluated(trainer, split, index, batch_to_device(batch, trainer.device), {split: None})
+        for index, batch in enumerate(islice(task.eval_device_batches(split, trainer.device), batches), 1):
+            yield _evaluated(trainer, split, index, batch, {split: None})
 
 
 def fast_dev_run(

@@ -209,13 +209,13 @@ class Task:
         the outputs of a graph or batch; one split at a time, so only its outputs are held."""
         for split in splits:
             outputs, targets = [], []
-            for batch in self._device_batches(split, device):
+            for batch in self.eval_device_batches(split, device):
                 outputs.append(self.real_outputs(predict(batch), batch))
                 targets.append(self.target(batch))
             yield split, torch.cat(outputs), torch.cat(targets)
 
-    def _device_batches(self, split: str, device: torch.device) -> Iterator[Data]:
-        """:meth:`eval_batches` of ``split`` on ``device``."""
+    def eval_device_batches(self, split: str, device: torch.device) -> Iterator[Data]:
+        """:meth:`eval_batches` of ``split`` on ``device``, as evaluation runs them."""
         return (batch_to_device(batch, device) for batch in self.eval_batches(split))
 
     def token_graph(self) -> Data:
@@ -332,7 +332,8 @@ class GraphTask(Task):
     def eval_batches(self, split: str) -> DataLoader:
         return self._loader(split, shuffle=False)
 
-    def _device_batches(self, split: str, device: torch.device) -> Iterator[Data]:
+    def eval_device_batches(self, split: str, device: torch.device) -> Iterator[Data]:
+        """The mini-batches of ``split`` on ``device`` in order, padded to ``data.pad_to`` where it is set."""
         return self._batches(split, False, device)
 
     def _batches(self, split: str, shuffle: bool, device: torch.device) -> Iterator[Data]:
@@ -430,7 +431,7 @@ class NodeBatchTask(GraphTask):
             return
         for split in splits:
             scores = SplitScores(names, self.data.out_channels, self._category_parts)
-            for batch in self._device_batches(split, device):
+            for batch in self.eval_device_batches(split, device):
                 scores.add(predict(batch), self.target(batch), batch)
             yield split, scores.values(self.ranks)
 

@@ -162,6 +162,8 @@ def _check_distributed(config: Config) -> None:
         raise ValueError(f"config key 'data.on_device' needs task.level 'graph', got {config.task.level!r}")
     if config.data.pad_to:
         _check_padding(config)
+    if config.optim.cuda_graphs:
+        _check_cuda_graphs(config)
 
 
 def _check_padding(config: Config) -> None:
@@ -174,6 +176,18 @@ def _check_padding(config: Config) -> None:
     if config.distributed.strategy != "none":
         raise ValueError(f"config key 'data.pad_to' needs distributed.strategy 'none', got "
                          f"{config.distributed.strategy!r}")
+
+
+def _check_cuda_graphs(config: Config) -> None:
+    """``optim.cuda_graphs``: a compiled model, one batch shape, a device that may be CUDA."""
+    if not config.optim.compile:
+        raise ValueError("config key 'optim.cuda_graphs' captures the compiled model: it needs "
+                         "'optim.compile: true'")
+    if not config.data.pad_to:
+        raise ValueError("config key 'optim.cuda_graphs' needs 'data.pad_to' (every batch one shape: a CUDA "
+                         "graph is captured per shape)")
+    if config.device.split(":")[0] not in ("cuda", "auto"):
+        raise ValueError(f"config key 'optim.cuda_graphs' needs a CUDA device, got device {config.device!r}")
 
 
 def validate_config(config: Config) -> None:

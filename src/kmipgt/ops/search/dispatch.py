@@ -15,7 +15,7 @@ from torch import Tensor
 
 # Imported for its side effect: every backend module registers itself.
 import kmipgt.ops.search.backends  # noqa: F401
-from kmipgt.ops.library import op_layout, traced_offsets, without_autocast
+from kmipgt.ops.library import HOST_ROUTED, op_layout, traced_offsets, without_autocast
 from kmipgt.ops.ragged import RaggedLayout, graph_ptr, key_graph_ptr, same_device
 from kmipgt.ops.search.checks import check_query_key, require_finite
 from kmipgt.ops.search.ivf_common import ProbeCalibration, check_recall
@@ -150,7 +150,7 @@ def search(
     return chosen.search(query, key, k, ptr, **options)
 
 
-@torch.library.custom_op("kmipgt::topk_inner_product", mutates_args=())
+@torch.library.custom_op("kmipgt::topk_inner_product", mutates_args=(), tags=HOST_ROUTED)
 def _topk_inner_product_op(
     query: Tensor, key: Tensor, k: int, ptr: Tensor | None, key_ptr: Tensor | None, device_ptr: Tensor | None,
     backend: str,
