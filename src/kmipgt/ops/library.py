@@ -37,8 +37,9 @@ __all__ = [
 # (which kernel, its launch grid, the graph blocks). A CUDA graph replays the kernels it captured, not that
 # routing: a replay on a batch with other offsets would launch the captured batch's grids. Tagged unsafe to
 # capture, the operator runs eagerly between the captured parts under torch.compile(mode="reduce-overhead")
-# (inductor's graph partition) and re-routes every call.
-HOST_ROUTED = (torch.Tag.cudagraph_unsafe,)
+# (inductor's graph partition) and re-routes every call. torch before 2.8 has neither the tag nor the
+# partition.
+HOST_ROUTED = (torch.Tag.cudagraph_unsafe,) if hasattr(torch.Tag, "cudagraph_unsafe") else ()
 
 
 class OpLayout(NamedTuple):

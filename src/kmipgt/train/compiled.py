@@ -10,6 +10,7 @@ import torch.fx.experimental._config as fx_config
 from torch._dynamo.utils import counters
 
 from kmipgt.nn.attention import ProjectedAttention
+from kmipgt.ops.library import HOST_ROUTED
 
 _BATCH_NORM_OPS = ("_native_batch_norm_legit_functional", "native_batch_norm_backward",
                    "_native_batch_norm_legit", "_native_batch_norm_legit_no_training")
@@ -49,6 +50,9 @@ def _check_cuda_graphs(model: torch.nn.Module, backend: str, dynamic: bool) -> N
     if dynamic:
         raise ValueError("CUDA graphs (optim.cuda_graphs) need static shapes (data.pad_to): a graph is "
                          "captured for every batch shape")
+    if not HOST_ROUTED:
+        raise ValueError(f"CUDA graphs (optim.cuda_graphs) need torch 2.8 or later (its cudagraph_unsafe tag "
+                         f"keeps the attention operators out of the graphs), got torch {torch.__version__}")
 
 
 class CompiledModel(torch.nn.Module):
@@ -67,8 +71,9 @@ class CompiledModel(torch.nn.Module):
     automatic dynamic shapes stay off).
 
     With ``cuda_graphs`` (``optim.cuda_graphs``, on a CUDA model with static shapes) the graphs are compiled
-    with ``mode="reduce-overhead"``: inductor captures each in CUDA graphs and replays them, one launch for
-    the kernels that a step would otherwise launch one by one. The kmipgt attention operators route every
+    as ``mode="reduce-overhead"`` compiles them, with inductor's graph partition on: inductor captures them
+    in CUDA graphs and replays them, one launch for the kernels that a step would otherwise launch one by
+    one. The kmipgt attention operators route every
     call on the host from the batch's offsets, so they are kept out of the captured parts and run eagerly
     between them (:data:`kmipgt.ops.library.HOST_ROUTED`). A replay writes its outputs into memory that the
     next replay reuses: each call here starts a new step of the captured graphs and returns a copy of the
@@ -86,17 +91,19 @@ class CompiledModel(torch.nn.Module):
         cuda_graphs: bool = False,
     ):
         super().__init__()
-        options, mode = None, None
+        options = None
         if cuda_graphs:
             _check_cuda_graphs(model, backend, dynamic)
-            mode = "reduce-overhead"
+            # mode="reduce-overhead"'s option, with the partition that splits the graphs around the attention
+            # operators and the CPU offsets on: not every torch turns it on by default.
+            options = {"triton.cudagraphs": True, "graph_partition": True}
         elif backend == "inductor" and all(p.device.type == "cpu" for p in model.parameters()):
             _aten_batch_norm()
             # Inductor's own CPU random numbers take 3 times aten's: dropout runs aten's in the graph.
             options = {"fallback_random": True}
         self.cuda_graphs = cuda_graphs
         self.compiled = torch.compile(model, dynamic=dynamic, fullgraph=_traceable(model), backend=backend,
-                                      mode=mode, options=options)
+                                      options=options)
         self._graphs_before = counters["stats"]["unique_graphs"]
 
     @property
