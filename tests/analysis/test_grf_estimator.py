@@ -58,6 +58,25 @@ def test_reported_errors_are_those_of_the_same_seeds_walks():
         assert math.isclose(row["features_error"], features, rel_tol=1e-9)
         assert math.isclose(row["mask_error"], mask, rel_tol=1e-9)
         assert row["nonzeros_per_row"] == walks.nnz / 6
+        assert row["mask_nonzeros_per_row"] == np.count_nonzero(estimate @ estimate.T) / 6
+        assert row["exact_mask_nonzeros_per_row"] == np.count_nonzero(exact @ exact.T) / 6
+
+
+def test_the_keys_a_query_reaches_are_those_within_twice_the_walk_length():
+    """On a path, ΦΦᵀ links the nodes within 2T hops (networkx); the walks' mask links a subset of them,
+    all of them once every node's walkers cover its T-hop neighbourhood."""
+    import networkx as nx
+
+    n, f = 20, torch.tensor([[1.0, 0.5, 0.25, 0.125], [1.0, 0.5, 0.0, 0.0]])
+    path = nx.path_graph(n)
+    edge_index = torch.tensor([[a for a, b in path.edges] + [b for a, b in path.edges],
+                               [b for a, b in path.edges] + [a for a, b in path.edges]])
+    rows = estimation_errors(edge_index, n, f, [2, 3000], [0], p_halt=0.2)
+    for head, hops in ((0, 6), (1, 2)):  # f_t > 0 up to t = 3 and t = 1
+        within = sum(len(nx.single_source_shortest_path_length(path, i, cutoff=hops)) for i in range(n)) / n
+        few, many = (row for row in rows if row["head"] == head)
+        assert few["exact_mask_nonzeros_per_row"] == many["exact_mask_nonzeros_per_row"] == within
+        assert few["mask_nonzeros_per_row"] < within and many["mask_nonzeros_per_row"] == within
 
 
 def test_identity_modulation_is_estimated_exactly():
@@ -78,12 +97,14 @@ def test_errors_shrink_as_the_walks_grow():
 
 def test_summary_averages_over_seeds_and_heads():
     rows = [{"num_walks": n, "seed": s, "head": 0, "features_error": e, "mask_error": 2 * e,
-             "nonzeros_per_row": 3.0} for n, s, e in [(1, 0, 0.5), (1, 1, 0.3), (9, 0, 0.1)]]
+             "nonzeros_per_row": 3.0, "mask_nonzeros_per_row": 4 * e, "exact_mask_nonzeros_per_row": 5.0}
+            for n, s, e in [(1, 0, 0.5), (1, 1, 0.3), (9, 0, 0.1)]]
     one, nine = summarize_errors(rows)
     assert one["num_walks"] == 1 and one["rows"] == 2
     assert math.isclose(one["features_error"], 0.4) and math.isclose(one["mask_error"], 0.8)
     assert math.isclose(one["features_error_std"], math.sqrt(0.02))
     assert nine["rows"] == 1 and math.isnan(nine["mask_error_std"]) and nine["nonzeros_per_row"] == 3.0
+    assert math.isclose(one["mask_nonzeros_per_row"], 1.6) and one["exact_mask_nonzeros_per_row"] == 5.0
 
 
 def test_bad_modulation_shapes_are_refused():
