@@ -73,11 +73,10 @@ class CompiledModel(torch.nn.Module):
     With ``cuda_graphs`` (``optim.cuda_graphs``, on a CUDA model with static shapes) the graphs are compiled
     as ``mode="reduce-overhead"`` compiles them, with inductor's graph partition on: inductor captures them
     in CUDA graphs and replays them, one launch for the kernels that a step would otherwise launch one by
-    one. The kmipgt attention operators route every
-    call on the host from the batch's offsets, so they are kept out of the captured parts and run eagerly
-    between them (:data:`kmipgt.ops.library.HOST_ROUTED`). A replay writes its outputs into memory that the
-    next replay reuses: each call here starts a new step of the captured graphs and returns a copy of the
-    output, which stays valid.
+    one. The kmipgt attention operators route every call on the host from the batch's offsets, so they are
+    kept out of the captured parts and run eagerly between them (:data:`kmipgt.ops.library.HOST_ROUTED`).
+    A replay writes its outputs into memory that the next replay reuses: each call here starts a new step
+    of the captured graphs and returns a copy of the output, which stays valid.
 
     Args:
         model: a kmipgt model (its forward takes ``ptr``, as every kmipgt model's does).

@@ -107,6 +107,8 @@ def _check_optim(config: Config) -> None:
     _one_of("optim.precision", o.precision, PRECISIONS)
     if not (o.lr > 0 and math.isfinite(o.lr)):
         raise ValueError(f"config key 'optim.lr' must be a positive number, got {o.lr!r}")
+    if o.cuda_graphs:
+        _check_cuda_graphs(config)
 
 
 # Device strings accepted without asking torch, which would have to be imported.
@@ -162,8 +164,6 @@ def _check_distributed(config: Config) -> None:
         raise ValueError(f"config key 'data.on_device' needs task.level 'graph', got {config.task.level!r}")
     if config.data.pad_to:
         _check_padding(config)
-    if config.optim.cuda_graphs:
-        _check_cuda_graphs(config)
 
 
 def _check_padding(config: Config) -> None:
