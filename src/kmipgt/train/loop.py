@@ -114,10 +114,8 @@ class Trainer:
         self.model = build_model(config, self.data).to(self.device)
         # Padded batches (data.pad_to) all have one shape: compiled for it, with no symbolic size.
         static = bool(config.data.pad_to)
-        self.compiled = None
-        if config.optim.compile:
-            cuda_graphs = config.optim.cuda_graphs
-            self.compiled = CompiledModel(self.model, dynamic=not static, cuda_graphs=cuda_graphs)
+        self.compiled = (CompiledModel(self.model, dynamic=not static, cuda_graphs=config.optim.cuda_graphs)
+                         if config.optim.compile else None)
         # What training steps through: the model (compiled with optim.compile), its DDP wrapper that
         # averages gradients over ranks, or the model on this rank's share of a partitioned graph.
         self.network: torch.nn.Module = self.model if self.compiled is None else self.compiled
