@@ -28,16 +28,27 @@ lint: setup
 # The GPU machine's own Python (torch with CUDA, Triton), and where the carried wheels go there.
 GPU_PYTHON ?= python3
 GPU_SITE ?= /tmp/kmipgt-gpu-site
-# What kmipgt imports at run time that the GPU machine's image lacks (pygsp: the Minnesota graph; ogb,
-# its needs outdated and littleutils, and rdkit: the original Peptides CSV), for its CPython 3.12.
-GPU_WHEELS := pygsp==0.6.1 ogb==1.3.6 outdated==0.2.2 littleutils==0.2.4 rdkit==2026.9.1
+# The GPU targets' kmipgt cache: inside the checkout (ignored), so that it can be carried there with what
+# `make gpu-bundle PEPTIDES_ROOT=...` converted here.
+GPU_CACHE ?= .gpu-cache
+GPU_ENV = PYTHONPATH=src:$(GPU_SITE) KMIPGT_CACHE=$(abspath $(GPU_CACHE))
+# What kmipgt imports at run time that the GPU machine's image lacks (pygsp: the Minnesota graph), for its
+# CPython 3.12; and what converts the original Peptides CSV (ogb, its needs outdated and littleutils, and
+# rdkit: 32 MB), needed there only where no converted copy is carried.
+GPU_WHEELS := pygsp==0.6.1
+LRGB_WHEELS := ogb==1.3.6 outdated==0.2.2 littleutils==0.2.4 rdkit==2026.9.1
 WHEEL_PLATFORMS := --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
 	--platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64
 
 # Where a package registry is reachable: those wheels into .whl/ (ignored), to travel with the checkout.
-gpu-bundle:
+# With PEPTIDES_ROOT=<folder holding peptides-functional/>, the CSV is converted here instead, into
+# GPU_CACHE (4 MB, compressed), and the converter's wheels are left out: carry .whl and GPU_CACHE.
+gpu-bundle: $(if $(PEPTIDES_ROOT),setup)
 	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-		$(WHEEL_PLATFORMS) -d .whl $(GPU_WHEELS)
+		$(WHEEL_PLATFORMS) -d .whl $(GPU_WHEELS) $(if $(PEPTIDES_ROOT),,$(LRGB_WHEELS))
+	$(if $(PEPTIDES_ROOT),rm -f $(foreach wheel,$(LRGB_WHEELS),.whl/$(firstword $(subst ==, ,$(wheel)))-*.whl))
+	$(if $(PEPTIDES_ROOT),KMIPGT_CACHE=$(abspath $(GPU_CACHE)) $(VENV)/bin/kmipgt data info lrgb \
+		--root $(PEPTIDES_ROOT) --set name=Peptides-func)
 
 # On a CUDA machine that reaches no registry: the carried wheels installed offline into GPU_SITE, which
 # the GPU targets below put on PYTHONPATH.
@@ -51,29 +62,32 @@ gpu-site:
 # under bench-out/gpu, one summary line per target last. PEPTIDES_ROOT=<local LRGB copy> adds two real
 # Peptides-func epochs of the shipped recipe and of its `attention: none` ablation.
 gpu-check: gpu-site
-	PYTHONPATH=src:$(GPU_SITE) $(GPU_PYTHON) -m kmipgt.bench.gpu_check --out bench-out/gpu \
+	$(GPU_ENV) $(GPU_PYTHON) -m kmipgt.bench.gpu_check --out bench-out/gpu \
 		$(if $(PEPTIDES_ROOT),--peptides-root $(PEPTIDES_ROOT))
 
 # The k-MIP paper's Peptides-func table (sweeps/lrgb_peptides_table) on a CUDA machine, as gpu-check runs.
 # PEPTIDES_ROOT: the folder holding peptides-functional/, the same path every time (the runs keep it in
-# their configs). The CSV is converted once on every core; then the cells train JOBS at a time (auto: as
-# many as the GPU's memory holds, one per core at most; each one CPU thread, so that the cells' host work
-# does not contend for the cores) and stop at an epoch boundary within TIME_LIMIT seconds, which leaves a
-# 10-minute command about a minute for the rest. LRGB_OUT gets summary.md (printed last), results.csv and
-# runs.tar.gz (parts runs.tar.gz.000, ... above 15 MiB); RESUME=<that archive, brought to the next
-# machine> continues its cells there. SWEEP_SET: more overrides for every cell (KEY=VALUE ...).
+# their configs). The CSV is converted once on every core (where GPU_CACHE holds no converted copy); then
+# the cells train JOBS at a time (each one CPU thread, so that the cells' host work does not contend for the
+# cores) and stop at an epoch boundary within TIME_LIMIT seconds, which leaves a 10-minute command about a
+# minute for the rest. LRGB_OUT gets summary.md (printed last), results.csv and runs.tar.gz (parts
+# runs.tar.gz.000, ... above 15 MiB); RESUME=<that archive, brought to the next machine> continues its
+# cells there. SWEEP_SET: more overrides for every cell (KEY=VALUE ...).
+# JOBS 6: each cell stopped by the limit packs its checkpoints (6.5 MiB for the paper's model), and what one
+# device command brings back, and the next one carries with the checkout, is 64 MiB; `auto` (as many as the
+# GPU's memory holds, one per core at most) where the archive need not travel.
 TIME_LIMIT ?= 540
-JOBS ?= auto
+JOBS ?= 6
 LRGB_OUT ?= bench-out/lrgb
 LRGB_RUNS := runs/sweeps/lrgb_peptides_table
 
 lrgb-table: gpu-site
 	@test -n "$(PEPTIDES_ROOT)" || { echo "PEPTIDES_ROOT=<folder holding peptides-functional/> is needed"; \
 		exit 2; }
-	PYTHONPATH=src:$(GPU_SITE) $(GPU_PYTHON) -m kmipgt data info lrgb --root $(PEPTIDES_ROOT) \
+	$(GPU_ENV) $(GPU_PYTHON) -m kmipgt data info lrgb --root $(PEPTIDES_ROOT) \
 		--set name=Peptides-func
 	mkdir -p $(LRGB_OUT)
-	PYTHONPATH=src:$(GPU_SITE) $(GPU_PYTHON) -m kmipgt sweep sweeps/lrgb_peptides_table --out $(LRGB_RUNS) \
+	$(GPU_ENV) $(GPU_PYTHON) -m kmipgt sweep sweeps/lrgb_peptides_table --out $(LRGB_RUNS) \
 		--set data.options.root=$(PEPTIDES_ROOT) --set threads=1 $(foreach s,$(SWEEP_SET),--set $(s)) \
 		--jobs $(JOBS) \
 		--time-limit $(TIME_LIMIT) $(if $(RESUME),--unpack $(RESUME)) --pack $(LRGB_OUT)/runs.tar.gz; \

@@ -90,6 +90,10 @@ def save_array(path: str | Path, array: np.ndarray) -> None:
     atomic_write(path, lambda f: np.save(f, array))
 
 
-def save_named_arrays(path: str | Path, arrays: Mapping[str, np.ndarray]) -> None:
-    """``np.savez`` of the named ``arrays`` (an ``.npz`` file) written atomically."""
-    atomic_write(path, lambda f: np.savez(f, **arrays))
+def save_named_arrays(
+    path: str | Path, arrays: Mapping[str, np.ndarray], *, compressed: bool = False
+) -> None:
+    """``np.savez`` (``np.savez_compressed`` where ``compressed``) of the named ``arrays`` (an ``.npz``
+    file) written atomically."""
+    save = np.savez_compressed if compressed else np.savez
+    atomic_write(path, lambda f: save(f, **arrays))

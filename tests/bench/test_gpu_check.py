@@ -92,6 +92,26 @@ def test_the_make_target_uses_the_machines_python_and_no_registry():
     assert pip_calls and all("--no-index" in call and "download" not in call for call in pip_calls)
     assert "PYTHONPATH=src:" in commands and "/opt/torch/bin/python3 -m kmipgt.bench.gpu_check" in commands
     assert "--peptides-root /data/lrgb" in _make_dry_run("PEPTIDES_ROOT=/data/lrgb")
+    # The cache is the checkout's, so that a converted Peptides copy carried with it is what is read.
+    assert f"KMIPGT_CACHE={ROOT / '.gpu-cache'} /opt/torch/bin/python3 -m kmipgt.bench.gpu_check" in commands
+
+
+def _bundle_dry_run(*variables: str) -> str:
+    done = subprocess.run(["make", "-n", "gpu-bundle", *variables], cwd=ROOT, capture_output=True, text=True,
+                          check=True)
+    return " ".join(done.stdout.replace("\\\n", " ").split())
+
+
+def test_the_bundle_brings_the_peptides_converter_or_the_converted_copy():
+    converter = ("ogb==1.3.6", "outdated==0.2.2", "littleutils==0.2.4", "rdkit==2026.9.1")
+    wheels_only = _bundle_dry_run()
+    assert "-d .whl pygsp==0.6.1" in wheels_only and all(wheel in wheels_only for wheel in converter)
+    assert "kmipgt data info" not in wheels_only and "rm -f" not in wheels_only
+    converted = _bundle_dry_run("PEPTIDES_ROOT=data")
+    assert "-d .whl pygsp==0.6.1" in converted and not any(wheel in converted for wheel in converter)
+    assert "rm -f .whl/ogb-*.whl .whl/outdated-*.whl .whl/littleutils-*.whl .whl/rdkit-*.whl" in converted
+    cache = f"KMIPGT_CACHE={ROOT / '.gpu-cache'}"
+    assert f"{cache} .venv/bin/kmipgt data info lrgb --root data --set name=Peptides-func" in converted
 
 
 # --- Each summary read from the files the real commands write ---------------------------------------

@@ -5,6 +5,8 @@ import csv
 import gzip
 import logging
 import pickle
+import shutil
+import zipfile
 
 import numpy as np
 import pytest
@@ -53,6 +55,8 @@ def test_the_release_becomes_one_compact_file_read_back_as_converted(tmp_path):
     splits = lrgb_splits(tmp_path, "Peptides-func", smiles2graph=_smiles2graph, verify_md5=False)
     [cached] = [path for path in (tmp_path / "kmipgt_cache" / "lrgb").rglob("*") if path.is_file()]
     assert cached.suffix == ".npz"  # one file, no raw and processed copies
+    with zipfile.ZipFile(cached) as members:  # compressed, so that it travels to machines without rdkit
+        assert {member.compress_type for member in members.infolist()} == {zipfile.ZIP_DEFLATED}
     with np.load(cached) as stored:
         assert stored["x"].dtype == np.uint8 and stored["edge_attr"].dtype == np.uint8
         assert stored["edge_index"].dtype == np.uint16
@@ -70,6 +74,22 @@ def test_the_release_becomes_one_compact_file_read_back_as_converted(tmp_path):
             assert torch.equal(graph.edge_attr, torch.from_numpy(expected["edge_feat"]).to(torch.uint8))
             assert torch.equal(graph.edge_index, torch.from_numpy(expected["edge_index"]))
             assert graph.y.tolist() == [labels[row]]
+
+
+def test_a_cache_carried_to_another_machine_needs_no_converter_there(tmp_path, monkeypatch):
+    _release(tmp_path / "peptides-functional")
+    here = lrgb_splits(tmp_path, "Peptides-func", smiles2graph=_smiles2graph, verify_md5=False)
+    carried = tmp_path / "carried_cache"
+    shutil.copytree(tmp_path / "kmipgt_cache", carried)
+    monkeypatch.setenv("KMIPGT_CACHE", str(carried))
+
+    def no_converter(smiles):
+        raise AssertionError("converted again")
+
+    there = lrgb_splits(tmp_path, "Peptides-func", smiles2graph=no_converter, verify_md5=False)
+    for name, graphs in here.items():
+        for graph, read in zip(graphs, there[name], strict=True):
+            assert all(torch.equal(value, read[key]) for key, value in graph)
 
 
 def test_workers_convert_as_one_process_does(tmp_path, caplog):

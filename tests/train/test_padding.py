@@ -210,7 +210,52 @@ def test_a_budget_too_small_is_a_clear_error(tmp_path):
     assert pad_batch(Batch.from_data_list(largest), exact).x.shape[0] == needed.nodes
 
 
+def _padding_graph_sizes(batch: Batch) -> list[int]:
+    sizes = batch.ptr.diff().tolist()
+    return sizes[getattr(batch, REAL_GRAPHS):]
+
+
+def test_auto_fits_every_split_and_keeps_padding_graphs_no_larger_than_real_ones(tmp_path, caplog):
+    data = _data()
+    config = load_config(None, [f"out_dir={tmp_path}", "task.level=graph", "data.batch_size=5",
+                                "data.pad_to=auto"])
+    validate_config(config)
+    with caplog.at_level("INFO", logger="kmipgt"):
+        budget = make_task(config, data, torch.Generator()).pad_budget
+    assert f"data.pad_to: auto is {budget}" in caplog.text
+    # Nodes and edges: those of the largest batch of 5 that any split can draw, plus a padding node.
+    largest = {name: sorted(split, key=lambda g: -g.num_nodes)[:5] for name, split in data.splits.items()}
+    most_nodes = max(sum(g.num_nodes for g in batch) for batch in largest.values())
+    most_edges = max(sum(sorted((g.num_edges for g in split), reverse=True)[:5])
+                     for split in data.splits.values())
+    assert (budget.nodes, budget.edges) == (most_nodes + 1, most_edges)
+    for batch in largest.values():
+        assert pad_batch(Batch.from_data_list(batch), budget).x.shape[0] == budget.nodes
+    graphs = [graph for split in data.splits.values() for graph in split]
+    nodes = sorted(graph.num_nodes for graph in graphs)
+    # The most padding nodes (one smallest graph) and the fewest padding graphs (a full batch of the
+    # smallest graphs): the padding graphs stay within the real graphs' sizes.
+    by_size = sorted(graphs, key=lambda g: g.num_nodes)
+    for batch in (by_size[:1], by_size[:5]):
+        sizes = _padding_graph_sizes(pad_batch(Batch.from_data_list(batch), budget))
+        assert sum(sizes) == budget.nodes - sum(g.num_nodes for g in batch) and max(sizes) <= nodes[-1]
+
+
+def test_an_auto_budget_trains_as_the_budget_written_out(tmp_path):
+    data = _data()
+    auto = Trainer(_config(tmp_path / "auto", extra=("data.pad_to=auto",)), data)
+    budget = auto.task.pad_budget
+    written = f"data.pad_to={{nodes: {budget.nodes}, edges: {budget.edges}, graphs: {budget.graphs}}}"
+    explicit = Trainer(_config(tmp_path / "explicit", extra=(written,)), data)
+    histories = []
+    for trainer in (auto, explicit):
+        trainer.fit(progress=False)
+        histories.append([(row["train_loss"], row["val"], row["test"]) for row in trainer.state.history])
+    assert histories[0] == histories[1]
+
+
 @pytest.mark.parametrize(("override", "match"), [
+    ("data.pad_to=largest", "takes \\{nodes: N, edges: E, graphs: G\\} or 'auto'"),
     ("data.pad_to={nodes: 10, edges: 10}", "missing \\['graphs'\\]"),
     ("data.pad_to={nodes: 10, edges: 10, graphs: 0}", "pad_to.graphs' must be a positive int"),
     ("task.level=node", "needs task.level 'graph'"),

@@ -49,8 +49,11 @@ def load_arrays(name: str) -> dict[str, np.ndarray] | None:
 
 
 def save_arrays(name: str, arrays: dict[str, np.ndarray]) -> Path:
-    """Store named arrays under ``name`` (an ``.npz``), written atomically like :func:`save_array`."""
+    """Store named arrays under ``name`` (a compressed ``.npz``), written atomically like
+    :func:`save_array`."""
     path = cache_dir() / f"{name}.npz"
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic.save_named_arrays(path, arrays)
+    # Compressed: a converted dataset is carried to machines without its converter (the Peptides-func
+    # graphs: 4 MB instead of 55), and inflating it costs a tenth of a second.
+    atomic.save_named_arrays(path, arrays, compressed=True)
     return path

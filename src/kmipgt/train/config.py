@@ -37,8 +37,9 @@ class DataConfig:
     ``pad_to`` (graph level, GPS models): ``{nodes: N, edges: E, graphs: G}`` packs every mini-batch to
     exactly these sizes, with padding nodes in graphs of their own that change no loss, gradient, metric
     or norm statistic (:mod:`kmipgt.train.padding`), so that a compiled model sees one shape; every batch
-    must leave room for one padding node and one padding graph (checked before training). Empty
-    (default): off.
+    must leave room for one padding node and one padding graph (checked before training). ``auto``: the
+    smallest such budget for every split at ``batch_size``, with padding graphs no larger than the largest
+    real graph (:func:`kmipgt.train.padding.fitted_budget`; the run logs it). Empty (default): off.
     """
 
     name: str = "minnesota"
@@ -52,7 +53,7 @@ class DataConfig:
     virtual_node: bool = False
     split_seed: int | None = None
     on_device: bool | None = None
-    pad_to: dict[str, Any] = field(default_factory=dict)
+    pad_to: dict[str, Any] | str = field(default_factory=dict)
 
 
 @dataclass

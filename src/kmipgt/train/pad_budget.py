@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PadBudget"]
+__all__ = ["AUTO", "PadBudget"]
 
 _KEYS = ("nodes", "edges", "graphs")
+# ``data.pad_to: auto``: the budget sized from the prepared graphs (kmipgt.train.padding.fitted_budget).
+AUTO = "auto"
 
 
 @dataclass(frozen=True)
@@ -19,11 +21,15 @@ class PadBudget:
     graphs: int
 
     @classmethod
-    def from_config(cls, values: dict[str, Any]) -> PadBudget | None:
-        """The budget of ``data.pad_to`` (``{nodes: N, edges: E, graphs: G}``), None where it is empty (off).
-        ValueError naming the key for a missing, unknown or non-positive entry."""
-        if not values:
+    def from_config(cls, values: dict[str, Any] | str) -> PadBudget | None:
+        """The budget of ``data.pad_to`` (``{nodes: N, edges: E, graphs: G}``), None where it is empty (off)
+        or :data:`AUTO` (sized from the data once it is prepared). ValueError naming the key for another
+        string, or a missing, unknown or non-positive entry."""
+        if not values or values == AUTO:
             return None
+        if isinstance(values, str):
+            raise ValueError(f"config key 'data.pad_to' takes {{nodes: N, edges: E, graphs: G}} or {AUTO!r}, "
+                             f"got {values!r}")
         unknown = sorted(set(values) - set(_KEYS))
         missing = [key for key in _KEYS if key not in values]
         if unknown or missing:

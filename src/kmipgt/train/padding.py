@@ -22,7 +22,7 @@ draws other masks than an unpadded one.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 from torch_geometric.data import Batch, Data
@@ -31,7 +31,9 @@ from kmipgt.ops.ragged import host_to_device
 from kmipgt.train.pad_budget import PadBudget
 from kmipgt.train.resident import HOST_PTR
 
-__all__ = ["EDGE_MASK", "NODE_MASK", "REAL_GRAPHS", "PadBudget", "pad_batch", "required_budget"]
+__all__ = [
+    "EDGE_MASK", "NODE_MASK", "REAL_GRAPHS", "PadBudget", "fitted_budget", "pad_batch", "required_budget",
+]
 
 NODE_MASK, EDGE_MASK = "node_mask", "edge_mask"
 # The attribute under which a padded batch keeps its number of real graphs (a host int): the first rows of
@@ -49,6 +51,22 @@ def required_budget(graphs: Sequence[Data], batch_size: int) -> PadBudget:
     largest_nodes = int(nodes.topk(size).values.sum()) if size else 0
     largest_edges = int(edges.topk(size).values.sum()) if size else 0
     return PadBudget(largest_nodes + 1, largest_edges, size + 1)
+
+
+def fitted_budget(splits: Iterable[Sequence[Data]], batch_size: int) -> PadBudget:
+    """``data.pad_to: auto``: the smallest nodes and edges that hold every batch of ``batch_size`` of each
+    of ``splits`` (:func:`required_budget`), and graphs enough that the padding nodes, spread over the
+    padding graphs, make none larger than the largest real graph, however few nodes a batch has (the last
+    one of an epoch, say): a padding graph then falls in the attention's size buckets as the real ones do.
+    """
+    splits = [graphs for graphs in splits if len(graphs)]
+    if not splits:
+        raise ValueError("data.pad_to: auto needs graphs to size the budget from; every split is empty")
+    needed = [required_budget(graphs, batch_size) for graphs in splits]
+    nodes, edges = max(b.nodes for b in needed), max(b.edges for b in needed)
+    largest = max(max(graph.num_nodes for graph in graphs) for graphs in splits)
+    padding_graphs = -(-nodes // max(largest, 1))
+    return PadBudget(nodes, edges, max(b.graphs for b in needed) - 1 + padding_graphs)
 
 
 def _padded(value: torch.Tensor, rows: int) -> torch.Tensor:

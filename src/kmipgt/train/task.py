@@ -11,6 +11,7 @@ split lives on.
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
@@ -30,7 +31,16 @@ from kmipgt.train.config import Config
 from kmipgt.train.datasets import SPLITS, PreparedData, label_columns, node_coords
 from kmipgt.train.metric_accumulators import SplitScores, accumulates
 from kmipgt.train.metrics import compute_metric
-from kmipgt.train.padding import EDGE_MASK, NODE_MASK, REAL_GRAPHS, PadBudget, pad_batch, required_budget
+from kmipgt.train.pad_budget import AUTO
+from kmipgt.train.padding import (
+    EDGE_MASK,
+    NODE_MASK,
+    REAL_GRAPHS,
+    PadBudget,
+    fitted_budget,
+    pad_batch,
+    required_budget,
+)
 from kmipgt.train.resident import HOST_PTR, ResidentGraphs, graphs_nbytes, resident_by_default
 from kmipgt.train.segmentation_metrics import SHAPE_METRICS, shape_parts
 
@@ -49,6 +59,9 @@ __all__ = [
     "model_inputs",
     "with_fresh_negatives",
 ]
+
+logger = logging.getLogger(__name__)
+
 
 def model_inputs(batch: Data) -> dict[str, torch.Tensor | None]:
     """The keyword inputs of a model's forward that a graph, mini-batch or link split carries.
@@ -303,9 +316,13 @@ class GraphTask(Task):
         super().__init__(config, data, generator, ranks)
         self._resident: dict[tuple[str, torch.device], ResidentGraphs | None] = {}
         self._fits: dict[torch.device, bool] = {}
-        self.pad_budget = PadBudget.from_config(config.data.pad_to)
-        if self.pad_budget is not None:
-            self._check_budget()
+        if config.data.pad_to == AUTO:
+            self.pad_budget = fitted_budget(self.data.splits.values(), config.data.batch_size)
+            logger.info("data.pad_to: auto is %s", self.pad_budget)
+        else:
+            self.pad_budget = PadBudget.from_config(config.data.pad_to)
+            if self.pad_budget is not None:
+                self._check_budget()
 
     def _check_budget(self) -> None:
         """ValueError unless every batch of every split fits ``data.pad_to`` (checked once, before training:
