@@ -60,10 +60,13 @@ gpu-site:
 
 # Every GPU measurement (kmipgt.bench.gpu_check), each with its own time limit, within 10 minutes; JSON
 # under bench-out/gpu, one summary line per target last. PEPTIDES_ROOT=<local LRGB copy> adds two real
-# Peptides-func epochs of the shipped recipe and of its `attention: none` ablation.
+# Peptides-func epochs of the shipped recipe and of its `attention: none` ablation. GPU_TARGETS=WORD,...
+# runs only the targets whose name holds one of the words, GPU_BUDGET=SECONDS within that many seconds
+# (GPU_TARGETS=pytest,epochs GPU_BUDGET=300: a 15-minute loan keeps time for make lrgb-table).
 gpu-check: gpu-site
 	$(GPU_ENV) $(GPU_PYTHON) -m kmipgt.bench.gpu_check --out bench-out/gpu \
-		$(if $(PEPTIDES_ROOT),--peptides-root $(PEPTIDES_ROOT))
+		$(if $(PEPTIDES_ROOT),--peptides-root $(PEPTIDES_ROOT)) $(if $(GPU_TARGETS),--only "$(GPU_TARGETS)") \
+		$(if $(GPU_BUDGET),--budget $(GPU_BUDGET))
 
 # The k-MIP paper's Peptides-func table (sweeps/lrgb_peptides_table) on a CUDA machine, as gpu-check runs.
 # PEPTIDES_ROOT: the folder holding peptides-functional/, the same path every time (the runs keep it in

@@ -85,6 +85,21 @@ def _make_dry_run(*variables: str) -> str:
     return done.stdout
 
 
+def test_only_runs_the_targets_it_names_in_their_order(tmp_path, capsys):
+    chosen = targets(tmp_path, "/data/lrgb", [])
+    picked = gpu_check.selected(chosen, "epochs, pytest")
+    assert [t.name for t in picked] == [
+        "pytest -m cuda", "two Peptides-func epochs none", "two Peptides-func epochs kmip",
+        "two Peptides-func epochs kmip, CUDA graphs",
+    ]
+    assert gpu_check.selected(chosen, None) == chosen
+    with pytest.raises(SystemExit):
+        gpu_check.main(["--out", str(tmp_path), "--only", "pytest,epoch5"])
+    error = capsys.readouterr().err
+    assert "['epoch5'] names no target" in error and "bench ragged" in error
+    assert not (tmp_path / "summary.json").exists()
+
+
 def test_the_make_target_uses_the_machines_python_and_no_registry():
     commands = _make_dry_run("GPU_PYTHON=/opt/torch/bin/python3")
     assert "venv" not in commands and ".venv" not in commands
@@ -92,6 +107,9 @@ def test_the_make_target_uses_the_machines_python_and_no_registry():
     assert pip_calls and all("--no-index" in call and "download" not in call for call in pip_calls)
     assert "PYTHONPATH=src:" in commands and "/opt/torch/bin/python3 -m kmipgt.bench.gpu_check" in commands
     assert "--peptides-root /data/lrgb" in _make_dry_run("PEPTIDES_ROOT=/data/lrgb")
+    assert "--only" not in commands and "--budget" not in commands
+    chosen = _make_dry_run("GPU_TARGETS=pytest,epochs", "GPU_BUDGET=300")
+    assert '--only "pytest,epochs"' in chosen and "--budget 300" in chosen
     # The cache is the checkout's, so that a converted Peptides copy carried with it is what is read.
     assert f"KMIPGT_CACHE={ROOT / '.gpu-cache'} /opt/torch/bin/python3 -m kmipgt.bench.gpu_check" in commands
 

@@ -6,7 +6,8 @@ runs out of time is reported and the next one runs. Each target writes its JSON 
 output folder, ``summary.json`` lists every outcome, and the summary lines are printed last, one per
 target: ``NAME: measured NUMBERS`` or ``NAME: failed REASON``.
 
-``python -m kmipgt.bench.gpu_check [--out bench-out/gpu] [--peptides-root PATH] [--budget SECONDS]``
+``python -m kmipgt.bench.gpu_check [--out bench-out/gpu] [--peptides-root PATH] [--budget SECONDS]
+[--only WORD,...]``
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 
 from kmipgt.atomic import atomic_write_text
 
-__all__ = ["BUDGET", "Target", "main", "run_targets", "targets"]
+__all__ = ["BUDGET", "Target", "main", "run_targets", "selected", "targets"]
 
 # Seconds for the whole check: a device command may run 10 minutes, and the wheels' install and the
 # interpreter's start come first.
@@ -240,13 +241,32 @@ def run_targets(chosen: list[Target], out: Path, budget: float) -> list[dict]:
     return outcomes
 
 
+def selected(chosen: list[Target], only: str | None) -> list[Target]:
+    """The targets of ``chosen`` whose name holds one of the comma-separated words of ``only`` (all where it
+    is None), in their order; ValueError naming the targets for a word that matches none."""
+    if only is None:
+        return chosen
+    words = [word.strip() for word in only.split(",") if word.strip()]
+    unmatched = [word for word in words if not any(word in target.name for target in chosen)]
+    if unmatched or not words:
+        names = ", ".join(target.name for target in chosen)
+        raise ValueError(f"--only {only!r}: {unmatched or 'no word'} names no target; the targets: {names}")
+    return [target for target in chosen if any(word in target.name for word in words)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("bench-out/gpu"), help="folder of every result")
     parser.add_argument("--peptides-root", default=None, help="local Peptides-func copy (data.options.root)")
     parser.add_argument("--budget", type=float, default=BUDGET, help="seconds for the whole check")
+    parser.add_argument("--only", default=None, help="comma-separated words: run the targets whose name "
+                        "holds one (e.g. 'pytest,epochs'), so that a short loan leaves time for other work")
     args = parser.parse_args(argv)
-    outcomes = run_targets(targets(args.out, args.peptides_root, pytest_options()), args.out, args.budget)
+    try:
+        chosen = selected(targets(args.out, args.peptides_root, pytest_options()), args.only)
+    except ValueError as error:
+        parser.error(str(error))
+    outcomes = run_targets(chosen, args.out, args.budget)
     return 0 if all(outcome["status"] == "measured" for outcome in outcomes) else 1
 
 
