@@ -37,9 +37,10 @@ class DataConfig:
     ``pad_to`` (graph level, GPS models): ``{nodes: N, edges: E, graphs: G}`` packs every mini-batch to
     exactly these sizes, with padding nodes in graphs of their own that change no loss, gradient, metric
     or norm statistic (:mod:`kmipgt.train.padding`), so that a compiled model sees one shape; every batch
-    must leave room for one padding node and one padding graph (checked before training). ``auto``: the
-    smallest such budget for every split at ``batch_size``, with padding graphs no larger than the largest
-    real graph (:func:`kmipgt.train.padding.fitted_budget`; the run logs it). Empty (default): off.
+    must leave room for one padding node and one padding graph (checked before training). ``auto``: two
+    budgets sized from the data, each batch packed to the smaller that holds it: one for nearly every batch
+    and one for every possible batch, with padding graphs no larger than the largest real graph
+    (:func:`kmipgt.train.padding.fitted_budgets`; the run logs them). Empty (default): off.
     """
 
     name: str = "minnesota"

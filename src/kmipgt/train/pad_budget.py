@@ -8,7 +8,7 @@ from typing import Any
 __all__ = ["AUTO", "PadBudget"]
 
 _KEYS = ("nodes", "edges", "graphs")
-# ``data.pad_to: auto``: the budget sized from the prepared graphs (kmipgt.train.padding.fitted_budget).
+# ``data.pad_to: auto``: budgets sized from the prepared graphs (kmipgt.train.padding.fitted_budgets).
 AUTO = "auto"
 
 
@@ -40,3 +40,11 @@ class PadBudget:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"config key 'data.pad_to.{key}' must be a positive int, got {value!r}")
         return cls(values["nodes"], values["edges"], values["graphs"])
+
+    def holds(self, nodes: int, edges: int, graphs: int) -> bool:
+        """Whether a batch of ``graphs`` graphs, ``nodes`` nodes and ``edges`` edges packs into this budget:
+        nothing over it, and padding edges only with a padding node to hold them, padding nodes only with
+        a padding graph."""
+        pad_nodes, pad_edges, pad_graphs = self.nodes - nodes, self.edges - edges, self.graphs - graphs
+        no_room = (pad_edges and not pad_nodes) or (pad_nodes and not pad_graphs)
+        return min(pad_nodes, pad_edges, pad_graphs) >= 0 and not no_room

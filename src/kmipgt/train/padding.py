@@ -22,6 +22,7 @@ draws other masks than an unpadded one.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Iterable, Sequence
 
 import torch
@@ -32,7 +33,8 @@ from kmipgt.train.pad_budget import PadBudget
 from kmipgt.train.resident import HOST_PTR
 
 __all__ = [
-    "EDGE_MASK", "NODE_MASK", "REAL_GRAPHS", "PadBudget", "fitted_budget", "pad_batch", "required_budget",
+    "EDGE_MASK", "NODE_MASK", "REAL_GRAPHS", "TYPICAL_SPREAD", "PadBudget", "fitted_budgets", "pad_batch",
+    "pad_to_fit", "required_budget",
 ]
 
 NODE_MASK, EDGE_MASK = "node_mask", "edge_mask"
@@ -53,20 +55,66 @@ def required_budget(graphs: Sequence[Data], batch_size: int) -> PadBudget:
     return PadBudget(largest_nodes + 1, largest_edges, size + 1)
 
 
-def fitted_budget(splits: Iterable[Sequence[Data]], batch_size: int) -> PadBudget:
-    """``data.pad_to: auto``: the smallest nodes and edges that hold every batch of ``batch_size`` of each
-    of ``splits`` (:func:`required_budget`), and graphs enough that the padding nodes, spread over the
-    padding graphs, make none larger than the largest real graph, however few nodes a batch has (the last
-    one of an epoch, say): a padding graph then falls in the attention's size buckets as the real ones do.
+# ``auto``'s smaller budget holds a batch up to this many standard deviations above a random batch's mean
+# size: beyond it (about one batch in 10^9, were the sums normal) a batch takes the larger budget, one
+# more compiled shape, never a result changed.
+TYPICAL_SPREAD = 6.0
+
+
+def _padding_graphs(nodes: int, largest_graph: int) -> int:
+    """Padding graphs enough that ``nodes`` padding nodes spread over them make none larger than
+    ``largest_graph``."""
+    return -(-nodes // max(largest_graph, 1))
+
+
+def _typical_sizes(graphs: Sequence[Data], batch_size: int) -> tuple[float, float]:
+    """Nodes and edges of a random batch of ``batch_size`` of ``graphs``, its mean plus
+    :data:`TYPICAL_SPREAD` standard deviations (the sizes' sum drawn without replacement)."""
+    size = min(batch_size, len(graphs))
+    bounds = []
+    for sizes in ([g.num_nodes for g in graphs], [g.num_edges for g in graphs]):
+        counts = torch.tensor(sizes, dtype=torch.float64)
+        shrink = (len(graphs) - size) / max(len(graphs) - 1, 1)
+        spread = (size * counts.var(correction=0) * shrink).sqrt() if len(graphs) > 1 else 0.0
+        bounds.append(float(size * counts.mean() + TYPICAL_SPREAD * spread))
+    return bounds[0], bounds[1]
+
+
+def fitted_budgets(splits: Iterable[Sequence[Data]], batch_size: int) -> tuple[PadBudget, ...]:
+    """``data.pad_to: auto``, smallest first: a budget for nearly every batch (nodes and edges a random
+    batch of any split reaches at most :data:`TYPICAL_SPREAD` standard deviations above its mean) and,
+    where that is smaller, one for every possible batch (:func:`required_budget` of each split). Each
+    has graphs enough that the padding nodes, spread over the padding graphs, make none larger than the
+    largest real graph, however few graphs a batch holds (the last of an epoch, say): a padding graph
+    falls in the attention's size buckets as the real ones do.
     """
     splits = [graphs for graphs in splits if len(graphs)]
     if not splits:
         raise ValueError("data.pad_to: auto needs graphs to size the budget from; every split is empty")
     needed = [required_budget(graphs, batch_size) for graphs in splits]
     nodes, edges = max(b.nodes for b in needed), max(b.edges for b in needed)
-    largest = max(max(graph.num_nodes for graph in graphs) for graphs in splits)
-    padding_graphs = -(-nodes // max(largest, 1))
-    return PadBudget(nodes, edges, max(b.graphs for b in needed) - 1 + padding_graphs)
+    most_graphs = max(b.graphs for b in needed) - 1
+    largest_graph = max(max(graph.num_nodes for graph in graphs) for graphs in splits)
+    typical = [_typical_sizes(graphs, batch_size) for graphs in splits]
+    typical_nodes = min(nodes, math.ceil(max(t[0] for t in typical)) + 1)
+    typical_edges = min(edges, math.ceil(max(t[1] for t in typical)))
+    budgets = {PadBudget(n, e, most_graphs + _padding_graphs(n, largest_graph))
+               for n, e in ((typical_nodes, typical_edges), (nodes, edges))}
+    return tuple(sorted(budgets, key=lambda budget: budget.nodes))
+
+
+def pad_to_fit(batch: Batch, budgets: Sequence[PadBudget]) -> Batch:
+    """``batch`` packed to the first of ``budgets`` that holds it (:func:`pad_batch`; its error where none
+    does)."""
+    sizes = _host_sizes(batch)[1:]
+    return pad_batch(batch, next((b for b in budgets if b.holds(*sizes)), budgets[-1]))
+
+
+def _host_sizes(batch: Batch) -> tuple[torch.Tensor, int, int, int]:
+    """The CPU graph offsets of ``batch`` and its nodes, edges and graphs, read without the device."""
+    host_ptr = getattr(batch, HOST_PTR, None)
+    host_ptr = (batch.ptr if host_ptr is None else host_ptr).cpu()
+    return host_ptr, int(host_ptr[-1]), batch.edge_index.shape[1], host_ptr.numel() - 1
 
 
 def _padded(value: torch.Tensor, rows: int) -> torch.Tensor:
@@ -83,15 +131,11 @@ def pad_batch(batch: Batch, budget: PadBudget) -> Batch:
     fit: more nodes, edges or graphs than the budget, padding edges without a padding node to hold them, or
     padding nodes without a padding graph.
     """
-    host_ptr = getattr(batch, HOST_PTR, None)
-    host_ptr = (batch.ptr if host_ptr is None else host_ptr).cpu()
-    num_nodes, num_graphs = int(host_ptr[-1]), host_ptr.numel() - 1
+    host_ptr, num_nodes, num_edges, num_graphs = _host_sizes(batch)
     edge_slices = batch._slice_dict.get("edge_index")
-    num_edges = batch.edge_index.shape[1]
     pad_nodes, pad_edges = budget.nodes - num_nodes, budget.edges - num_edges
     pad_graphs = budget.graphs - num_graphs
-    no_room = (pad_edges and not pad_nodes) or (pad_nodes and not pad_graphs)
-    if min(pad_nodes, pad_edges, pad_graphs) < 0 or no_room:
+    if not budget.holds(num_nodes, num_edges, num_graphs):
         raise ValueError(
             f"a batch of {num_graphs} graphs, {num_nodes} nodes and {num_edges} edges does not fit "
             f"data.pad_to {{nodes: {budget.nodes}, edges: {budget.edges}, graphs: {budget.graphs}}} with "

@@ -37,8 +37,8 @@ from kmipgt.train.padding import (
     NODE_MASK,
     REAL_GRAPHS,
     PadBudget,
-    fitted_budget,
-    pad_batch,
+    fitted_budgets,
+    pad_to_fit,
     required_budget,
 )
 from kmipgt.train.resident import HOST_PTR, ResidentGraphs, graphs_nbytes, resident_by_default
@@ -317,14 +317,15 @@ class GraphTask(Task):
         self._resident: dict[tuple[str, torch.device], ResidentGraphs | None] = {}
         self._fits: dict[torch.device, bool] = {}
         if config.data.pad_to == AUTO:
-            self.pad_budget = fitted_budget(self.data.splits.values(), config.data.batch_size)
-            logger.info("data.pad_to: auto is %s", self.pad_budget)
+            self.pad_budgets = fitted_budgets(self.data.splits.values(), config.data.batch_size)
+            logger.info("data.pad_to: auto is %s", ", then ".join(map(str, self.pad_budgets)))
         else:
-            self.pad_budget = PadBudget.from_config(config.data.pad_to)
-            if self.pad_budget is not None:
-                self._check_budget()
+            budget = PadBudget.from_config(config.data.pad_to)
+            self.pad_budgets = () if budget is None else (budget,)
+            if budget is not None:
+                self._check_budget(budget)
 
-    def _check_budget(self) -> None:
+    def _check_budget(self, budget: PadBudget) -> None:
         """ValueError unless every batch of every split fits ``data.pad_to`` (checked once, before training:
         the largest batch shuffling can draw, not the batches of one epoch)."""
         for split, graphs in self.data.splits.items():
@@ -332,7 +333,7 @@ class GraphTask(Task):
                 continue
             needed = required_budget(graphs, self.config.data.batch_size)
             short = [f"{key} >= {getattr(needed, key)}" for key in ("nodes", "edges", "graphs")
-                     if getattr(self.pad_budget, key) < getattr(needed, key)]
+                     if getattr(budget, key) < getattr(needed, key)]
             if short:
                 raise ValueError(
                     f"config key 'data.pad_to' is too small for the {split} split's batches of "
@@ -356,14 +357,14 @@ class GraphTask(Task):
     def _batches(self, split: str, shuffle: bool, device: torch.device) -> Iterator[Data]:
         """The mini-batches of ``split`` on ``device``: cut from the resident split, or collated on the host
         (into pinned memory for a CUDA device) and copied."""
-        budget = self.pad_budget
+        budgets = self.pad_budgets
         resident = self._resident_split(split, device)
         if resident is not None:
             batches = (resident.batch(index) for index in self._loader(split, shuffle, indices=True))
-            return batches if budget is None else (pad_batch(batch, budget) for batch in batches)
+            return (pad_to_fit(batch, budgets) for batch in batches) if budgets else batches
         loader = self._loader(split, shuffle, pin_memory=device.type == "cuda")
-        if budget is not None:  # padded on the host, then copied
-            return (batch_to_device(pad_batch(batch, budget), device) for batch in loader)
+        if budgets:  # padded on the host, then copied
+            return (batch_to_device(pad_to_fit(batch, budgets), device) for batch in loader)
         return (batch_to_device(batch, device) for batch in loader)
 
     def _resident_split(self, split: str, device: torch.device) -> ResidentGraphs | None:
