@@ -338,6 +338,35 @@ def test_a_compiled_model_sees_one_shape_for_every_padded_batch():
     assert counters["stats"]["unique_graphs"] - before == compiled.graphs == 1
 
 
+def test_a_compiled_model_sees_one_shape_per_budget_of_auto():
+    """Batches packed to the smaller of two budgets where it holds them, else the larger: two graphs,
+    each reused (no third compilation), outputs of the eager model."""
+    import torch._dynamo
+
+    from kmipgt.train.compiled import CompiledModel
+
+    graphs = _molecules(15, seed=3)
+    chunks = [Batch.from_data_list(graphs[start:stop]) for start, stop in ((0, 2), (2, 9), (9, 11), (11, 15))]
+    small_chunks = [chunk for chunk in chunks if chunk.num_graphs <= 4]
+    small = PadBudget(max(c.num_nodes for c in small_chunks) + 4, max(c.num_edges for c in small_chunks) + 8,
+                      graphs=6)
+    assert not small.holds(chunks[1].num_nodes, chunks[1].num_edges, chunks[1].num_graphs)
+    model = _model("batch").float()
+    torch._dynamo.reset()
+    compiled = CompiledModel(model, backend="aot_eager", dynamic=False)
+    shapes = []
+    with torch._dynamo.config.patch(recompile_limit=2, fail_on_recompile_limit_hit=True):
+        for chunk in chunks:
+            batch = pad_to_fit(chunk, (small, BUDGET))
+            batch.rwse = batch.rwse.float()
+            shapes.append(batch.num_nodes)
+            with torch.no_grad():
+                out, expected = (run(**_inputs(batch))[: chunk.num_graphs] for run in (compiled, model))
+            torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
+    assert shapes == [small.nodes, BUDGET.nodes, small.nodes, small.nodes]
+    assert compiled.graphs == 2
+
+
 @pytest.mark.parametrize(("override", "match"), [
     ("optim.compile=false", "needs 'optim.compile: true'"),
     ("data.pad_to={}", "needs 'data.pad_to'"),

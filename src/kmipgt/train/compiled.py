@@ -66,9 +66,9 @@ class CompiledModel(torch.nn.Module):
     feature width, say) would be traced as one symbol and compiled again once they differ: TorchDynamo's
     duck shaping is off while the model is called.
 
-    With ``dynamic=False`` (``data.pad_to``: every batch packed to one size) the graphs are compiled for
-    that one shape instead, with no symbolic size (another shape would compile again, and TorchDynamo's
-    automatic dynamic shapes stay off).
+    With ``dynamic=False`` (``data.pad_to``: every batch packed to one size, or to one of ``auto``'s two)
+    the graphs are compiled for each shape instead, with no symbolic size (another shape compiles again,
+    and TorchDynamo's automatic dynamic shapes stay off).
 
     With ``cuda_graphs`` (``optim.cuda_graphs``, on a CUDA model with static shapes) the graphs are compiled
     as ``mode="reduce-overhead"`` compiles them, with inductor's graph partition on: inductor captures them
