@@ -51,8 +51,10 @@ gpu-bundle: $(if $(PEPTIDES_ROOT),setup)
 		--root $(PEPTIDES_ROOT) --set name=Peptides-func)
 
 # On a CUDA machine that reaches no registry: the carried wheels installed offline into GPU_SITE, which
-# the GPU targets below put on PYTHONPATH.
+# the GPU targets below put on PYTHONPATH. GPU_CACHE made private whatever mode a copy gave it: kmipgt
+# reads a cache only where no one else may write.
 gpu-site:
+	@mkdir -p $(GPU_CACHE) && chmod 700 $(GPU_CACHE)
 	@if ls .whl/*.whl >/dev/null 2>&1; then \
 		$(GPU_PYTHON) -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
 			--target $(GPU_SITE) .whl/*.whl; \
