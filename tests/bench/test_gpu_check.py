@@ -199,3 +199,7 @@ def test_the_environment_target_names_what_is_missing(tmp_path):
             environment.summarise(tmp_path)
     (tmp_path / "environment.json").write_text(json.dumps({"gpu": "NVIDIA H100", "versions": versions}))
     assert environment.summarise(tmp_path) == "NVIDIA H100, torch 2.11.0+cu130, triton 3.6.0, pygsp 0.6.1"
+    # The CSV's converter is not needed where its converted copy was carried instead.
+    found = {"gpu": "NVIDIA H100", "versions": {**versions, "ogb": None, "rdkit": None}}
+    (tmp_path / "environment.json").write_text(json.dumps(found))
+    assert environment.summarise(tmp_path).endswith("pygsp 0.6.1, ogb absent, rdkit absent")
