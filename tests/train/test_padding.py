@@ -129,11 +129,13 @@ def test_padding_changes_no_loss_gradient_or_norm_statistic(norm):
         _assert_close(padded_model(**_inputs(pad_batch(batch, BUDGET)))[:5], model(**_inputs(batch)))
 
 
-def _data() -> PreparedData:
-    graphs = _molecules(30, seed=2)
+def _data(count: int = 30, seed: int = 2) -> PreparedData:
+    """``count`` molecules in splits of 60%, 20% and 20%."""
+    graphs = _molecules(count, seed=seed)
     for graph in graphs:  # the run's models are float32
         graph.rwse, graph.y = graph.rwse.float(), graph.y.float()
-    splits = {"train": graphs[:18], "val": graphs[18:24], "test": graphs[24:]}
+    train, val = int(0.6 * count), int(0.8 * count)
+    splits = {"train": graphs[:train], "val": graphs[train:val], "test": graphs[val:]}
     return PreparedData("graph", None, splits, in_channels=len(OGB_ATOM_DIMS),
                         edge_channels=len(OGB_BOND_DIMS), out_channels=LABELS, name="toy",
                         node_categories=OGB_ATOM_DIMS, edge_categories=OGB_BOND_DIMS)
@@ -215,16 +217,9 @@ def _padding_graph_sizes(batch: Batch) -> list[int]:
     return sizes[getattr(batch, REAL_GRAPHS):]
 
 
-def _many_molecules(count: int = 200) -> PreparedData:
-    """``count`` molecules in splits of 60%, 20% and 20%: batches of 40 vary in size far less than from
-    the 40 smallest to the 40 largest."""
-    data = _data()
-    graphs = _molecules(count, seed=3)
-    for graph in graphs:
-        graph.rwse, graph.y = graph.rwse.float(), graph.y.float()
-    train, val = int(0.6 * count), int(0.8 * count)
-    data.splits = {"train": graphs[:train], "val": graphs[train:val], "test": graphs[val:]}
-    return data
+def _many_molecules() -> PreparedData:
+    """200 molecules: batches of 40 vary in size far less than from the 40 smallest to the 40 largest."""
+    return _data(200, seed=3)
 
 
 def test_auto_pads_nearly_every_batch_to_a_smaller_budget_and_any_batch_to_a_larger(tmp_path, caplog):

@@ -75,7 +75,7 @@ def _typical_sizes(graphs: Sequence[Data], batch_size: int) -> tuple[float, floa
     for sizes in ([g.num_nodes for g in graphs], [g.num_edges for g in graphs]):
         counts = torch.tensor(sizes, dtype=torch.float64)
         shrink = (len(graphs) - size) / max(len(graphs) - 1, 1)
-        spread = (size * counts.var(correction=0) * shrink).sqrt() if len(graphs) > 1 else 0.0
+        spread = (size * counts.var(correction=0) * shrink).sqrt()
         bounds.append(float(size * counts.mean() + TYPICAL_SPREAD * spread))
     return bounds[0], bounds[1]
 
