@@ -55,7 +55,8 @@ def _rank_main(
         raise
     # Only on success: a failing rank that closed its connections before exiting would let its peers
     # fail on the closed connection first, and spawn would report their error instead of its own.
-    dist.destroy_process_group()
+    if dist.is_initialized():  # ``fn`` may have destroyed it, to check what destroying does
+        dist.destroy_process_group()
 
 
 def spawn_ranks(fn: Callable, world: int, cache: str, *args) -> None:

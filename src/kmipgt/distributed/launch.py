@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from kmipgt.distributed import group_release  # noqa: F401  (before any process group exists)
 from kmipgt.distributed.choices import STRATEGIES
 
 __all__ = ["STRATEGIES", "Ranks", "current_ranks", "process_group", "rank_device"]

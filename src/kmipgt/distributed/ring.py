@@ -8,6 +8,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from kmipgt.distributed import group_release  # noqa: F401  (before any process group exists)
 from kmipgt.distributed.counter import CommunicationCounter
 
 __all__ = ["Ring"]
