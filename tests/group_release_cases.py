@@ -17,8 +17,9 @@ def gloo_threads() -> list[str]:
 
 
 def group_freed_at_destroy(rank: int, world: int) -> None:
-    """After sharded attention (its first search imports torch._dynamo, in this process after the group
-    exists) and the example's object all-gather, ``destroy_process_group`` leaves no gloo thread."""
+    """After sharded attention (a process's first search imports torch._dynamo, here after the group
+    exists, unless an earlier import did) and the example's object all-gather, ``destroy_process_group``
+    leaves no gloo thread."""
     query = torch.randn(40, 2, 4, generator=torch.Generator().manual_seed(rank), requires_grad=True)
     sharded_kmip_attention(query, query, query, 3, ptr=torch.tensor([0, 30, 80])).sum().backward()
     dist.all_gather_object([None] * world, rank)
