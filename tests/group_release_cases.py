@@ -25,4 +25,5 @@ def group_freed_at_destroy(rank: int, world: int) -> None:
     dist.all_gather_object([None] * world, rank)
     assert gloo_threads(), "no thread named for gloo: this check could not see a leak"
     dist.destroy_process_group()
-    assert not gloo_threads(), f"gloo threads outlive destroy_process_group: {gloo_threads()}"
+    left = gloo_threads()
+    assert not left, f"gloo threads outlive destroy_process_group: {left}"
