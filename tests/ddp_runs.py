@@ -30,7 +30,8 @@ def use_toy_graphs() -> None:
 # 30 training graphs in global batches of 8: three full steps and a last one of 6 (3 per rank).
 TOY_OVERRIDES = [
     "task.level=graph", "data.batch_size=8", "optim.epochs=3", "optim.warmup_epochs=1", "model.channels=16",
-    "model.num_layers=2", "model.k=4", "model.heads=2", "model.dropout=0.0", "model.attn_dropout=0.0",
+    "model.num_layers=2", "model.attention.k=4", "model.attention.heads=2", "model.dropout=0.0",
+    "model.attention.dropout=0.0",
     "device=cpu", "threads=1",
 ]
 

@@ -17,8 +17,10 @@ import kmipgt.train.datasets
 from kmipgt.train import Trainer, load_config, train
 
 GRAPH_OVERRIDES = [
-    "data.options={num_nodes: 300, seed: 0}", "model.num_layers=2", "model.channels=16", "model.k=8",
-    "model.dropout=0.0", "model.attn_dropout=0.0", "optim.epochs=3", "optim.warmup_epochs=1", "device=cpu",
+    "data.options={num_nodes: 300, seed: 0}", "model.num_layers=2", "model.channels=16",
+    "model.attention.k=8",
+    "model.dropout=0.0", "model.attention.dropout=0.0", "optim.epochs=3", "optim.warmup_epochs=1",
+    "device=cpu",
     "threads=1",
 ]
 
@@ -62,7 +64,8 @@ def one_sided_graph(num_nodes: int = 60) -> Data:
 
 
 ONE_SIDED_OVERRIDES = [
-    "model.channels=8", "model.num_layers=2", "model.k=4", "optim.epochs=2", "optim.warmup_epochs=1",
+    "model.channels=8", "model.num_layers=2", "model.attention.k=4", "optim.epochs=2",
+    "optim.warmup_epochs=1",
     "device=cpu", "threads=1",
 ]
 

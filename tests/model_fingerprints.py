@@ -61,7 +61,7 @@ def resolved_configs() -> dict[str, Config]:
 
 def fake_inputs(config: Config, generator: torch.Generator) -> tuple[PreparedData, dict[str, Any]]:
     """The data description a model is built for and the keyword inputs of its forward."""
-    in_channels = max(IN_CHANNELS, 1 + max(config.model.coord_columns, default=0))
+    in_channels = max(IN_CHANNELS, 1 + max(config.model.encoder.coord_columns, default=0))
     n = GRAPHS * NODES
     edges = [torch.randint(0, NODES, (2, 30), generator=generator) + g * NODES for g in range(GRAPHS)]
     edges = torch.cat(edges, 1)

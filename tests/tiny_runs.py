@@ -14,7 +14,8 @@ from kmipgt.train.datasets import PreparedData
 DEFAULTS = Path(__file__).resolve().parent / "defaults.yaml"
 # `kmipgt train` arguments of a one-layer, 8-channel GPS run on the digits kNN graph, on one CPU thread.
 TINY_DIGITS = ["--config", str(DEFAULTS), "--set", "data.name=digits_knn", "--set", "model.num_layers=1",
-               "--set", "model.channels=8", "--set", "model.k=4", "--set", "device=cpu", "--set", "threads=1"]
+               "--set", "model.channels=8", "--set", "model.attention.k=4", "--set", "device=cpu",
+               "--set", "threads=1"]
 
 
 def sign_graphs(num_graphs: int, seed: int = 0, edge_dim: int = 0) -> list[Data]:
@@ -60,6 +61,6 @@ def toy_node_config(out_dir, local="gatedgcn", epochs=3):
     """A 2-layer, 8-channel GPS run on CPU with branch logging, written to ``out_dir``."""
     return load_config(None, [
         f"out_dir={out_dir}", f"optim.epochs={epochs}", "optim.warmup_epochs=0", "optim.grad_clip=0",
-        "model.channels=8", "model.num_layers=2", f"model.local={local}", "model.k=4", "device=cpu",
+        "model.channels=8", "model.num_layers=2", f"model.local={local}", "model.attention.k=4", "device=cpu",
         "log_branches=true",
     ])

@@ -47,8 +47,8 @@ def _graph(num_nodes=40, seed=0, classes=3) -> Data:
 def _model(attention="kmip", heads=2, k=5, num_layers=2, seed=0, attention_layers=None) -> GraphTransformer:
     torch.manual_seed(seed)
     return GraphTransformer(
-        3, 8, 3, num_layers=num_layers, edge_channels=1, attention=attention, heads=heads,
-        attn_kwargs={"k": k} if attention == "kmip" else None, attention_layers=attention_layers,
+        3, 8, 3, num_layers=num_layers, edge_channels=1, attention=attention,
+        attn_kwargs={"heads": heads, "layers": attention_layers, **({"k": k} if attention == "kmip" else {})},
     )
 
 
@@ -304,7 +304,7 @@ def test_a_virtual_node_is_counted_apart_and_hops_are_those_of_the_graph_without
     plain = [_graph(num_nodes=n, seed=n) for n in (23, 31, 12, 40)]
     graphs = [add_virtual_node(g) for g in plain]
     torch.manual_seed(0)
-    model = GraphTransformer(4, 8, 3, num_layers=2, edge_channels=3, heads=2, attn_kwargs={"k": 6})
+    model = GraphTransformer(4, 8, 3, num_layers=2, edge_channels=3, attn_kwargs={"heads": 2, "k": 6})
     result = explain_graphs(model, DataLoader(graphs, batch_size=2), k=6, virtual_node=True)
     assert result["num_graphs"] == 4 and result["num_queries"] == result["num_nodes"] == 106
     # Independent reference: each graph alone, its own nodes as queries, networkx hops without the hub.

@@ -117,7 +117,7 @@ def test_cli_explains_every_graph_of_a_graph_level_split(tmp_path, capsys, monke
     code = main([
         "train", "--no-progress", "--config", "configs/peptides_func.yaml",
         *("--set", f"data.options.root={tmp_path / 'lrgb'}", "--set", f"out_dir={run}"),
-        *("--set", "model.num_layers=2", "--set", "model.channels=16", "--set", "model.k=3"),
+        *("--set", "model.num_layers=2", "--set", "model.channels=16", "--set", "model.attention.k=3"),
         *("--set", "optim.epochs=1", "--set", "optim.warmup_epochs=0", "--set", "data.batch_size=2"),
         *("--set", "threads=1", "--set", "device=cpu"),
         *("--set", f"data.virtual_node={str(virtual_node).lower()}"),

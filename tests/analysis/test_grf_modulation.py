@@ -11,9 +11,8 @@ from kmipgt.nn import GraphTransformer
 
 
 def _grf_model(**options) -> GraphTransformer:
-    attn_kwargs = {"max_len": 4, "f_decay": 0.3, **options}
-    return GraphTransformer(5, 16, 3, num_layers=3, attention="grf", heads=2, attn_kwargs=attn_kwargs,
-                            attention_layers=[0, 2])
+    attn_kwargs = {"heads": 2, "layers": [0, 2], "max_len": 4, "f_decay": 0.3, **options}
+    return GraphTransformer(5, 16, 3, num_layers=3, attention="grf", attn_kwargs=attn_kwargs)
 
 
 def test_modulations_are_each_layers_softplus_of_theta_and_its_start():

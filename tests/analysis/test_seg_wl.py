@@ -166,8 +166,8 @@ def _gps_outputs(data: Data, seed: int, attention: str) -> torch.Tensor:
     """Graph-level output of a randomly initialised GPS model (GatedGCN + global attention, RWSE)."""
     torch.manual_seed(seed)
     model = GraphTransformer(
-        1, 16, 4, num_layers=2, task="graph", attention=attention, rwse_dim=RWSE_STEPS,
-        attn_kwargs={"k": 4} if attention == "kmip" else None,
+        1, 16, 4, num_layers=2, task="graph", attention=attention, encoder={"rwse_dim": RWSE_STEPS},
+        attn_kwargs={**({"k": 4} if attention == "kmip" else {})},
     )
     model.eval()
     rwse = random_walk_se(data.edge_index, data.num_nodes, RWSE_STEPS)

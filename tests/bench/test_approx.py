@@ -104,8 +104,8 @@ def _graph(num_nodes=30, seed=0) -> Data:
 def _model(attention="kmip", k=4, seed=0) -> GraphTransformer:
     torch.manual_seed(seed)
     return GraphTransformer(
-        3, 8, 2, num_layers=3, edge_channels=1, attention=attention, heads=2, attention_layers=[0, 2],
-        attn_kwargs={"k": k} if attention == "kmip" else None,
+        3, 8, 2, num_layers=3, edge_channels=1, attention=attention,
+        attn_kwargs={"heads": 2, "layers": [0, 2], **({"k": k} if attention == "kmip" else {})},
     )
 
 

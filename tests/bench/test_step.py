@@ -52,8 +52,9 @@ def test_the_parts_add_up_and_attention_is_timed_only_where_there_is_some():
 
 
 def test_timed_modules_are_the_branches_of_gps_layers_or_a_baselines_convolutions():
-    model = GraphTransformer(4, 8, 2, num_layers=3, local="gatedgcn", attention="kmip", attn_kwargs={"k": 2},
-                             attention_layers=[1])
+    model = GraphTransformer(
+        4, 8, 2, num_layers=3, local="gatedgcn", attention="kmip", attn_kwargs={"layers": [1], "k": 2},
+    )
     parts = timed_modules(model)
     assert [part for part, _ in parts] == ["mpnn", "attention", "mpnn", "mpnn"]
     assert [module for part, module in parts if part == "attention"] == [model.layers[1].attention]

@@ -9,7 +9,7 @@ from kmipgt.cli import main
 from planted import plant_modules
 
 # Two tiny GPS layers: each point is a few seconds, most of them the interpreter start.
-SMALL = ["model.num_layers=1", "model.channels=8", "model.heads=2"]
+SMALL = ["model.num_layers=1", "model.channels=8", "model.attention.heads=2"]
 
 
 def bench_config(**kwargs) -> TrainBenchConfig:

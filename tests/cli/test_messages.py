@@ -34,20 +34,20 @@ def test_train_without_a_config_is_the_main_job(trained, capsys):
 
 
 def test_an_unknown_key_names_the_closest_one(capsys):
-    assert main(["train", "--set", "model.kk=3"]) == 2
+    assert main(["train", "--set", "model.attention.kk=3"]) == 2
     err = capsys.readouterr().err
-    assert err == "kmipgt: error: unknown config keys in 'model': 'kk' (did you mean 'k'?)\n"
+    assert err == "kmipgt: error: unknown config keys in 'model.attention': 'kk' (did you mean 'k'?)\n"
 
 
 def test_a_key_with_no_close_match_lists_the_known_keys():
     with pytest.raises(ValueError, match=r"'zzz'; known: .*\bk\b"):
-        load_config(None, ["model.zzz=1"])
+        load_config(None, ["model.attention.zzz=1"])
 
 
 @pytest.mark.parametrize(("override", "expected"), [
-    ("model.k=1.5", "expects int, got 1.5"),
-    ("model.head_dim=x", "expects int | None, got 'x'"),
-    ("model.coord_columns=3", "expects list[int], got 3"),
+    ("model.attention.k=1.5", "expects int, got 1.5"),
+    ("model.attention.head_dim=x", "expects int | None, got 'x'"),
+    ("model.encoder.coord_columns=3", "expects list[int], got 3"),
 ])
 def test_type_errors_name_types_as_they_are_written(capsys, override, expected):
     assert main(["train", "--set", override]) == 2
@@ -71,13 +71,13 @@ def _in_a_fresh_interpreter(code: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize(("override", "message"), [
-    ("model.kk=3", "did you mean 'k'?"),
-    ("model.attention=foo", "config key 'model.attention' must be one of ('kmip', 'full', 'performer'"),
+    ("model.attention.kk=3", "did you mean 'k'?"),
+    ("model.attention=foo", "config key 'model.attention.kind' must be one of ('kmip', 'full', 'performer'"),
     ("model.local=foo", "config key 'model.local' must be one of ('gatedgcn', 'gine'"),
     ("data.name=foo", "config key 'data.name' must be one of ('minnesota', 'helsinki'"),
     ("model.kind=foo", "config key 'model.kind' must be one of ('gps', 'mlp'"),
     ("model.norm_position=foo", "config key 'model.norm_position' must be one of ('post', 'pre')"),
-    ("model.k=0", "config key 'model.k' must be >= 1, got 0"),
+    ("model.attention.k=0", "config key 'model.attention.k' must be >= 1, got 0"),
     ("task.metric=foo", "config key 'task.metric' must be one of ('accuracy'"),
     ("distributed.strategy=foo", "config key 'distributed.strategy' must be one of ('none', 'ddp', 'graph')"),
 ])
@@ -102,10 +102,10 @@ def test_every_command_that_reads_a_config_reports_its_errors_before_torch(comma
     (run / "config.yaml").write_text(kmipgt.configs.config_path("minnesota").read_text())
     command = [str(run) if word == "RUN" else word for word in command]
     done = _in_a_fresh_interpreter(
-        f"from kmipgt.cli import main; assert main({[*command, '--set', 'model.heads=0']!r}) == 2"
+        f"from kmipgt.cli import main; assert main({[*command, '--set', 'model.attention.heads=0']!r}) == 2"
     )
     assert done.returncode == 0, done.stderr
-    assert "config key 'model.heads' must be >= 1, got 0" in done.stderr
+    assert "config key 'model.attention.heads' must be >= 1, got 0" in done.stderr
 
 
 def test_checking_a_good_config_imports_no_torch():

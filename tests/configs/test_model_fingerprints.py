@@ -77,7 +77,7 @@ def test_models_compute_the_same_forward(stored, current):
 
 
 def test_the_sample_takes_every_attention_kind(configs):
-    kinds = {configs[name].model.attention for name in SAMPLE}
+    kinds = {configs[name].model.attention.kind for name in SAMPLE}
     assert {"kmip", "performer", "full"} <= kinds
     assert {configs[name].model.kind for name in SAMPLE} >= {"gps", "sgformer"}
     assert {configs[name].task.level for name in SAMPLE} == {"node", "edge", "graph"}
@@ -149,7 +149,7 @@ def test_a_reordered_operation_is_caught(configs):
     """The same parameters applied in another order (attention after the local branch instead of beside
     it) give the same state and another forward."""
     config = configs["peptides_func"]
-    reordered = load_config("peptides_func", ["model.attention_order=series"])
+    reordered = load_config("peptides_func", ["model.attention.order=series"])
     assert reordered != config
     before, after = fingerprint(config), fingerprint(reordered)
     assert before["layout"] == after["layout"]

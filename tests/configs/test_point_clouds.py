@@ -9,8 +9,8 @@ from kmipgt.train import load_config
 from kmipgt.train.validation import validate_config
 from point_cloud_copies import write_s3dis, write_shapenet_part
 
-TINY_MODEL = ("model.num_layers=2", "model.channels=16", "model.head_dim=4", "threads=1", "device=cpu",
-              "optim.epochs=1", "optim.warmup_epochs=0", "data.batch_size=4")
+TINY_MODEL = ("model.num_layers=2", "model.channels=16", "model.attention.head_dim=4", "threads=1",
+              "device=cpu", "optim.epochs=1", "optim.warmup_epochs=0", "data.batch_size=4")
 
 
 def _train(config: str, out, *overrides: str) -> dict:
@@ -22,10 +22,10 @@ def _train(config: str, out, *overrides: str) -> dict:
 @pytest.mark.parametrize("name", ["shapenet_part", "s3dis", "synthetic_parts", "synthetic_rooms"])
 def test_the_paper_settings(name):
     config = load_config(name, [])
-    m, o = config.model, config.optim
-    assert (m.num_layers, m.channels, m.heads, m.head_dim, m.k, m.attention_options) == (8, 56, 4, 14, 10,
-                                                                                         {"qk_dim": 5})
-    assert (m.norm, m.activation, m.dropout, m.attention) == ("batch", "relu", 0.1, "kmip")
+    m, a, o = config.model, config.model.attention, config.optim
+    assert (m.num_layers, m.channels, a.heads, a.head_dim) == (8, 56, 4, 14)
+    assert (a.k, a.options) == (10, {"qk_dim": 5})
+    assert (m.norm, m.activation, m.dropout, a.kind) == ("batch", "relu", 0.1, "kmip")
     assert (o.lr, o.weight_decay, o.epochs) == (5e-4, 1e-4, 200) and config.task.level == "node"
     rooms = name in ("s3dis", "synthetic_rooms")
     assert config.data.options["k"] == (32 if rooms else 8)

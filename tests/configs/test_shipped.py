@@ -30,7 +30,7 @@ def test_a_local_file_wins_over_the_shipped_one(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "minnesota.yaml").write_text("model: {k: 3}\n")
     assert config_path("minnesota.yaml") == Path("minnesota.yaml")
-    assert load_config("minnesota.yaml").model.k == 3
+    assert load_config("minnesota.yaml").model.attention.k == 3
 
 
 def test_unknown_name_lists_the_shipped_configs(tmp_path, monkeypatch):

@@ -95,7 +95,7 @@ def test_a_graph_level_run_with_virtual_nodes_trains(tmp_path, monkeypatch):
     config = load_config(None, [
         f"out_dir={tmp_path}", "task.level=graph", "task.loss=bce", "task.metric=ap",
         "data.virtual_node=true", "data.batch_size=8", "model.channels=16", "model.num_layers=2",
-        "model.k=3", "optim.lr=0.01", "optim.epochs=12", "optim.warmup_epochs=0", "device=cpu",
+        "model.attention.k=3", "optim.lr=0.01", "optim.epochs=12", "optim.warmup_epochs=0", "device=cpu",
     ])
     trainer = Trainer(config)
     trainer.fit(progress=False)

@@ -45,8 +45,8 @@ def test_gated_attention_layer_starts_as_the_mpnn_only_layer():
     graph = _graph(channels=16)
     x = graph.x
     edge_attr = torch.randn(graph.edge_index.size(1), 16)
-    mpnn_only = GPSLayer(16, attention="none", heads=4).eval()
-    gated = GPSLayer(16, attention="kmip", heads=4, attention_gate=True, attn_kwargs={"k": 3}).eval()
+    mpnn_only = GPSLayer(16, attention="none", attn_kwargs={"heads": 4}).eval()
+    gated = GPSLayer(16, attention="kmip", attn_kwargs={"heads": 4, "gate": True, "k": 3}).eval()
     missing, unexpected = gated.load_state_dict(mpnn_only.state_dict(), strict=False)
     assert not unexpected and all(m.startswith("attention") for m in missing)
     expected, _ = mpnn_only(x, graph.edge_index, edge_attr=edge_attr)
@@ -59,16 +59,17 @@ def test_gated_attention_layer_starts_as_the_mpnn_only_layer():
 
 
 def test_gate_needs_both_branches():
-    with pytest.raises(ValueError, match="attention_gate needs both"):
-        GPSLayer(16, local="none", attention="kmip", attention_gate=True, attn_kwargs={"k": 3})
+    with pytest.raises(ValueError, match="attention gate needs both"):
+        GPSLayer(16, local="none", attention="kmip", attn_kwargs={"gate": True, "k": 3})
 
 
 def test_attention_layers_and_encoding_queries_in_the_model():
     torch.manual_seed(0)
     graph = _graph()
     model = GraphTransformer(
-        5, 16, 3, num_layers=3, edge_channels=2, attn_kwargs={"k": 4}, coord_columns=[0, 1],
-        num_frequencies=2, attention_qk="encoding", attention_layers=[-1],
+        5, 16, 3, num_layers=3, edge_channels=2,
+        encoder={"coord_columns": [0, 1], "num_frequencies": 2, "attention_qk": "encoding"},
+        attn_kwargs={"layers": [-1], "k": 4},
     )
     assert [layer.attention is not None for layer in model.layers] == [False, False, True]
     assert model.layers[2].attention.qk_channels == 8
@@ -82,17 +83,20 @@ def test_attention_layers_and_encoding_queries_in_the_model():
 
 def test_attention_option_errors():
     with pytest.raises(ValueError, match="needs coord_columns"):
-        GraphTransformer(5, 16, 3, attention_qk="encoding")
+        GraphTransformer(5, 16, 3, encoder={"attention_qk": "encoding"})
     with pytest.raises(ValueError, match="attention_qk must be one of"):
-        GraphTransformer(5, 16, 3, attention_qk="values")
-    with pytest.raises(ValueError, match="attention_layers must index"):
-        GraphTransformer(5, 16, 3, num_layers=2, attention_layers=[2])
+        GraphTransformer(5, 16, 3, encoder={"attention_qk": "values"})
+    with pytest.raises(ValueError, match="layers must index the 2 layers"):
+        GraphTransformer(5, 16, 3, num_layers=2, attn_kwargs={"layers": [2]})
 
 
 def test_position_attention_starts_with_tied_query_key_projections():
     torch.manual_seed(0)
-    model = GraphTransformer(5, 16, 3, num_layers=2, attn_kwargs={"k": 4}, coord_columns=[0, 1],
-                             num_frequencies=2, attention_qk="encoding")
+    model = GraphTransformer(
+        5, 16, 3, num_layers=2,
+        encoder={"coord_columns": [0, 1], "num_frequencies": 2, "attention_qk": "encoding"},
+        attn_kwargs={"k": 4},
+    )
     model.reset_parameters()
     for layer in model.layers:
         attention = layer.attention
@@ -110,8 +114,11 @@ def test_position_queries_see_only_the_coordinate_features():
     torch.manual_seed(0)
     graph = _graph()
     rwse = torch.rand(12, 3)
-    model = GraphTransformer(5, 16, 3, num_layers=1, edge_channels=2, attn_kwargs={"k": 4},
-                             coord_columns=[0, 1], num_frequencies=2, rwse_dim=3, attention_qk="position")
+    model = GraphTransformer(
+        5, 16, 3, num_layers=1, edge_channels=2,
+        encoder={"coord_columns": [0, 1], "num_frequencies": 2, "rwse_dim": 3, "attention_qk": "position"},
+        attn_kwargs={"k": 4},
+    )
     assert model.layers[0].attention.qk_channels == 8
     torch.testing.assert_close(
         model.node_encoder.encodings(graph.x, rwse=rwse, structural=False), FourierFeatures(2)(graph.x[:, :2])
@@ -119,4 +126,4 @@ def test_position_queries_see_only_the_coordinate_features():
     assert model.node_encoder.encodings(graph.x, rwse=rwse).shape == (12, 11)
     assert model(graph.x, graph.edge_index, edge_attr=graph.edge_attr, rwse=rwse).shape == (12, 3)
     with pytest.raises(ValueError, match="attention_qk='position' needs coord_columns"):
-        GraphTransformer(5, 16, 3, rwse_dim=3, attention_qk="position")
+        GraphTransformer(5, 16, 3, encoder={"rwse_dim": 3, "attention_qk": "position"})

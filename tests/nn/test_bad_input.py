@@ -6,7 +6,7 @@ import torch
 from kmipgt.nn import BaselineModel, GraphTransformer
 
 MODELS = {
-    "gps": lambda task: GraphTransformer(5, 8, 3, num_layers=1, heads=2, attn_kwargs={"k": 4}, task=task),
+    "gps": lambda task: GraphTransformer(5, 8, 3, num_layers=1, task=task, attn_kwargs={"heads": 2, "k": 4}),
     "gcn": lambda task: BaselineModel("gcn", 5, 8, 3, num_layers=1, task=task),
     "mlp": lambda task: BaselineModel("mlp", 5, 8, 3, num_layers=1, task=task),
 }

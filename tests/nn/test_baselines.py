@@ -24,8 +24,10 @@ def test_output_shapes_and_gradients(kind, task):
         with pytest.raises(ValueError, match=rf"'{kind}' baseline does not support task='graph'"):
             BaselineModel(kind, 5, 16, 3, task=task)
         return
-    model = BaselineModel(kind, 5, 16, 3, num_layers=2, task=task, lappe_dim=2, rwse_dim=3,
-                          coord_columns=[0, 1], num_frequencies=2)
+    model = BaselineModel(
+        kind, 5, 16, 3, num_layers=2, task=task,
+        encoder={"lappe_dim": 2, "rwse_dim": 3, "coord_columns": [0, 1], "num_frequencies": 2},
+    )
     graphs = [_graph(7, seed=1), _graph(9, seed=2)] if task == "graph" else [_graph(12)]
     batch = Batch.from_data_list(graphs)
     pairs = torch.randint(0, batch.num_nodes, (2, 11))

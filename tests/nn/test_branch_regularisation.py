@@ -74,8 +74,8 @@ def test_key_dropout_is_checked_and_not_sharded():
 def _gated_layer(drop_path: float, gate: float, seed=0) -> GPSLayer:
     torch.manual_seed(seed)
     layer = GPSLayer(
-        16, local="gat", attention="kmip", attention_gate=True, branch_residual=False, ffn=False,
-        attn_kwargs={"k": 8}, attention_drop_path=drop_path,
+        16, local="gat", attention="kmip", branch_residual=False, ffn=False,
+        attn_kwargs={"gate": True, "drop_path": drop_path, "k": 8},
     )
     with torch.no_grad():
         layer.attention_gate.fill_(gate)
@@ -98,14 +98,14 @@ def test_attention_drop_path_drops_whole_nodes_of_the_branch():
     torch.testing.assert_close(
         _gated_layer(0.5, 1.0).eval()(x, edge_index)[0], _gated_layer(0.0, 1.0).eval()(x, edge_index)[0]
     )
-    with pytest.raises(ValueError, match="attention_drop_path"):
-        GPSLayer(16, attention_drop_path=1.0)
+    with pytest.raises(ValueError, match="drop_path must be in"):
+        GPSLayer(16, attn_kwargs={"drop_path": 1.0})
 
 
 def test_config_keys_reach_the_layers_and_the_core():
     config = load_config(
         None,
-        ["model.attention_drop_path=0.3", "model.attention_options={key_dropout: 0.2}", "model.num_layers=2"],
+        ["model.attention.drop_path=0.3", "model.attention.options={key_dropout: 0.2}", "model.num_layers=2"],
     )
     data = PreparedData("node", None, None, in_channels=5, edge_channels=1, out_channels=3, name="x")
     model = build_model(config, data)

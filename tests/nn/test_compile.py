@@ -42,14 +42,14 @@ def _batch(sizes: list[int], generator: torch.Generator) -> dict[str, torch.Tens
 
 
 def _attention_options(attention: str) -> dict:
-    return {"attn_kwargs": {"k": 3}} if attention == "kmip" else {}
+    return {"heads": 2, "k": 3} if attention == "kmip" else {"heads": 2}
 
 
 def _model(local: str, attention: str, task: str = "graph") -> GraphTransformer:
     torch.manual_seed(0)
     return GraphTransformer(
         IN_CHANNELS, 16, 3, num_layers=2, task=task, edge_channels=EDGE_CHANNELS, local=local,
-        attention=attention, heads=2, rwse_dim=RWSE, **_attention_options(attention),
+        attention=attention, encoder={"rwse_dim": RWSE}, attn_kwargs=_attention_options(attention),
     )
 
 
@@ -103,7 +103,8 @@ def test_every_attention_kind_compiles_once_for_every_batch_shape(attention):
 @pytest.mark.parametrize("attention", ["kmip", "full", "performer"])
 def test_an_attention_module_compiles_once_for_every_batch_shape(attention):
     generator = torch.Generator().manual_seed(1)
-    module = build_global_attention(attention, 16, heads=2, **_attention_options(attention))
+    core = {"k": 3} if attention == "kmip" else {}
+    module = build_global_attention(attention, 16, heads=2, attn_kwargs=core)
     inputs = []
     for sizes in SHAPES:
         batch = _batch(sizes, generator)
@@ -202,7 +203,7 @@ def test_the_reference_peptides_model_compiles_once_for_every_batch_shape():
     from kmipgt.train.datasets import PreparedData
     from kmipgt.train.models import build_model
 
-    config = load_config("peptides_func_paper", ["model.num_layers=2", "model.k=3"])
+    config = load_config("peptides_func_paper", ["model.num_layers=2", "model.attention.k=3"])
     data = PreparedData("graph", None, None, len(OGB_ATOM_DIMS), len(OGB_BOND_DIMS), 10, "lrgb",
                         OGB_ATOM_DIMS, OGB_BOND_DIMS)
     torch.manual_seed(0)
@@ -230,7 +231,8 @@ def test_an_activation_checkpointed_model_compiles_once_for_every_batch_shape(lo
     torch.manual_seed(0)
     model = GraphTransformer(
         IN_CHANNELS, 16, 3, num_layers=2, task="graph", edge_channels=EDGE_CHANNELS, local=local,
-        attention=attention, heads=2, rwse_dim=RWSE, checkpoint=True, **_attention_options(attention),
+        attention=attention, checkpoint=True, encoder={"rwse_dim": RWSE},
+        attn_kwargs=_attention_options(attention),
     )
     results, graphs = compiled_runs(model, [_batch(sizes, generator) for sizes in SHAPES])
     _assert_equal_to_eager(results)
@@ -244,8 +246,10 @@ def test_compiled_dropout_on_the_cpu_draws_the_eager_models_masks():
 
     torch._dynamo.reset()
     torch.manual_seed(0)
-    model = GraphTransformer(IN_CHANNELS, 16, 3, num_layers=1, task="graph", edge_channels=EDGE_CHANNELS,
-                             local="gatedgcn", attention="none", dropout=0.5, rwse_dim=RWSE)
+    model = GraphTransformer(
+        IN_CHANNELS, 16, 3, num_layers=1, task="graph", edge_channels=EDGE_CHANNELS, local="gatedgcn",
+        attention="none", dropout=0.5, encoder={"rwse_dim": RWSE},
+    )
     batch = _batch(SHAPES[0], torch.Generator().manual_seed(7))
     results = []
     for run in (CompiledModel(model), model):

@@ -100,12 +100,12 @@ def test_attn_kwargs_reach_every_core_untouched():
 
 
 def test_config_k_reaches_only_the_kmip_core():
-    config = load_config(None, ["model.k=5", "model.attention_options={backend: dense}"])
-    assert config.model.attn_kwargs() == {"k": 5, "backend": "dense"}
-    config = load_config(None, ["model.attention=performer", "model.attention_options={num_features: 8}"])
-    assert config.model.attn_kwargs() == {"num_features": 8}
-    with pytest.raises(ValueError, match=r"model\.k"):
-        validate_config(load_config(None, ["model.attention_options={k: 4}"]))
+    config = load_config(None, ["model.attention.k=5", "model.attention.options={backend: dense}"])
+    assert config.model.attention.core_options() == {"k": 5, "backend": "dense"}
+    config = load_config(None, ["model.attention=performer", "model.attention.options={num_features: 8}"])
+    assert config.model.attention.core_options() == {"num_features": 8}
+    with pytest.raises(ValueError, match=r"model\.attention\.k"):
+        validate_config(load_config(None, ["model.attention.options={k: 4}"]))
 
 
 @pytest.mark.parametrize("kind", ["kmip", "full", "performer", "grf"])
@@ -124,8 +124,8 @@ def test_queries_and_keys_can_be_narrower_than_values(kind):
 
 
 def test_config_attention_options_set_the_query_key_width():
-    config = load_config(None, ["model.attention_options={qk_dim: 4}", "model.num_layers=2"])
-    model = GraphTransformer(5, 16, 2, num_layers=2, heads=2, attn_kwargs=config.model.attn_kwargs())
+    config = load_config(None, ["model.attention.options={qk_dim: 4}", "model.attention.heads=2"])
+    model = GraphTransformer(5, 16, 2, num_layers=2, attn_kwargs=config.model.attention.attn_kwargs())
     assert {layer.attention.qk_dim for layer in model.layers} == {4}
     assert {layer.attention.head_dim for layer in model.layers} == {8}
 
@@ -207,10 +207,11 @@ def test_value_projection_off_needs_heads_times_head_dim_channels():
 
 
 def test_config_attention_options_drop_the_value_projection():
-    config = load_config(None, ["model.attention_options={value_projection: false}"])
-    kwargs = config.model.attn_kwargs()
-    with_values = GraphTransformer(5, 16, 2, num_layers=2, heads=2, attn_kwargs={"k": 16})
-    without = GraphTransformer(5, 16, 2, num_layers=2, heads=2, attn_kwargs=kwargs)
+    overrides = ["model.attention.options={value_projection: false}", "model.attention.heads=2"]
+    config = load_config(None, overrides)
+    kwargs = config.model.attention.attn_kwargs()
+    with_values = GraphTransformer(5, 16, 2, num_layers=2, attn_kwargs={"heads": 2, "k": 16})
+    without = GraphTransformer(5, 16, 2, num_layers=2, attn_kwargs=kwargs)
     count = sum(p.numel() for p in with_values.parameters()) - sum(p.numel() for p in without.parameters())
     assert count == 2 * (16 * 16 + 16)
     assert all(isinstance(layer.attention.lin_value, torch.nn.Identity) for layer in without.layers)

@@ -69,8 +69,8 @@ def test_attention_forward_and_backward_never_sync(kind):
 def test_gps_layer_forward_and_backward_never_sync(kind):
     device = torch.device("cuda")
     x, edge_index, batch, layout = _molecules(device)
-    options = {"k": 5} if kind == "kmip" else None
-    layer = GPSLayer(32, local="gatedgcn", attention=kind, heads=4, attn_kwargs=options).to(device)
+    options = {"heads": 4, "k": 5} if kind == "kmip" else {"heads": 4}
+    layer = GPSLayer(32, local="gatedgcn", attention=kind, attn_kwargs=options).to(device)
     edge_attr = torch.randn(edge_index.shape[1], 32, device=device)
     layer(x, edge_index, batch=batch, edge_attr=edge_attr, layout=layout)[0].sum().backward()
     x.grad = None

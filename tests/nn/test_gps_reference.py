@@ -37,7 +37,10 @@ def test_local_mpnn_plus_full_attention_equals_pyg_gpsconv(local, training):
     )
     x = torch.randn(ptr[-1], channels)
     edge_attr = torch.randn(edge_index.size(1), channels)
-    layer = GPSLayer(channels, local=local, attention="full", heads=heads, norm="batch", activation="relu")
+    layer = GPSLayer(
+        channels, local=local, attention="full", norm="batch", activation="relu",
+        attn_kwargs={"heads": heads},
+    )
     conv = GPSConv(channels, layer.local, heads=heads, act="relu", norm="batch_norm")
     _copy_attention(layer, conv)
     layer.train(training)

@@ -46,7 +46,7 @@ def test_a_name_is_registered_once_and_none_names_no_kind():
 def test_edge_features_reach_the_model_exactly_where_the_kind_supports_them(local):
     torch.manual_seed(0)
     model = GraphTransformer(
-        5, 8, 2, num_layers=1, edge_channels=3, local=local, heads=2, attn_kwargs={"k": 2}
+        5, 8, 2, num_layers=1, edge_channels=3, local=local, attn_kwargs={"heads": 2, "k": 2},
     )
     x, edge_index = torch.randn(6, 5), torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 5]])
     first, second = (model.eval()(x, edge_index, edge_attr=torch.randn(5, 3)) for _ in range(2))
@@ -73,17 +73,22 @@ def test_a_kind_without_qk_x_refuses_queries_from_the_encodings():
     ATTENTION_KINDS.register(AttentionKind("no_qk", KMIPCore, qk_x=False))
     try:
         with pytest.raises(ValueError, match="qk_x"):
-            GraphTransformer(5, 8, 2, attention="no_qk", attention_qk="position", coord_columns=[0, 1],
-                             num_frequencies=2, attn_kwargs={"k": 2})
+            GraphTransformer(
+                5, 8, 2, attention="no_qk",
+                encoder={"attention_qk": "position", "coord_columns": [0, 1], "num_frequencies": 2},
+                attn_kwargs={"k": 2},
+            )
     finally:
         ATTENTION_KINDS.remove("no_qk")
 
 
 def test_the_model_hands_its_layer_arguments_to_every_layer_and_refuses_unknown_ones():
-    model = GraphTransformer(5, 8, 2, num_layers=2, local="sage", heads=2, norm="batch", attn_kwargs={"k": 2})
+    model = GraphTransformer(
+        5, 8, 2, num_layers=2, local="sage", norm="batch", attn_kwargs={"heads": 2, "k": 2},
+    )
     assert all(isinstance(layer, GPSLayer) and layer.local_kind == "sage" for layer in model.layers)
     assert all(isinstance(layer.norm_local, torch.nn.BatchNorm1d) for layer in model.layers)
     with pytest.raises(TypeError, match="nrom"):
         GraphTransformer(5, 8, 2, nrom="batch")
-    with pytest.raises(TypeError, match="qk_channels"):
-        GraphTransformer(5, 8, 2, qk_channels=4)
+    with pytest.raises(ValueError, match="qk_channels"):
+        GraphTransformer(5, 8, 2, attn_kwargs={"qk_channels": 4})

@@ -118,8 +118,8 @@ def test_gps_layer_shapes_and_gradients(local, attention, norm):
             GPSLayer(16, local=local, attention=attention)
         return
     torch.manual_seed(0)
-    k = {"k": 3} if attention == "kmip" else None
-    layer = GPSLayer(16, local=local, attention=attention, heads=4, dropout=0.1, norm=norm, attn_kwargs=k)
+    options = {"heads": 4, "k": 3} if attention == "kmip" else {"heads": 4}
+    layer = GPSLayer(16, local=local, attention=attention, dropout=0.1, norm=norm, attn_kwargs=options)
     graphs = [_random_graph(n, channels=16, edge_channels=16, seed=n) for n in (6, 9)]
     batch = Batch.from_data_list(graphs)
     x = batch.x.clone().requires_grad_(True)
@@ -137,8 +137,9 @@ def test_gps_layer_shapes_and_gradients(local, attention, norm):
 def test_ragged_batch_equals_each_graph_alone(attention, task):
     torch.manual_seed(0)
     model = GraphTransformer(
-        6, 16, 3, num_layers=2, task=task, edge_channels=3, attention=attention, heads=4,
-        attn_kwargs={"k": 4} if attention == "kmip" else None, coord_columns=[0, 1], num_frequencies=3,
+        6, 16, 3, num_layers=2, task=task, edge_channels=3, attention=attention,
+        encoder={"coord_columns": [0, 1], "num_frequencies": 3},
+        attn_kwargs={"heads": 4, **({"k": 4} if attention == "kmip" else {})},
     ).eval()
     graphs = [_random_graph(n, seed=n) for n in (10, 3, 7)]
     batch = Batch.from_data_list(graphs)
@@ -174,7 +175,7 @@ def test_graph_level_toy_task_learns():
         graphs.append(g)
     batch = Batch.from_data_list(graphs)
     model = GraphTransformer(
-        3, 32, 3, num_layers=2, task="graph", attention="kmip", heads=4, attn_kwargs={"k": 4}
+        3, 32, 3, num_layers=2, task="graph", attention="kmip", attn_kwargs={"heads": 4, "k": 4},
     )
     inputs = {"x": batch.x, "edge_index": batch.edge_index, "batch": batch.batch}
     losses = _train(model, inputs, batch.y, F.cross_entropy)
@@ -191,7 +192,7 @@ def test_edge_level_toy_task_learns():
     pairs = torch.randint(0, n, (2, 200), generator=gen)
     target = (community[pairs[0]] == community[pairs[1]]).float().unsqueeze(-1)
     model = GraphTransformer(
-        4, 32, 1, num_layers=1, task="edge", attention="kmip", heads=4, attn_kwargs={"k": 8}
+        4, 32, 1, num_layers=1, task="edge", attention="kmip", attn_kwargs={"heads": 4, "k": 8},
     )
     inputs = {
         "x": F.one_hot(community, 4).float(), "edge_index": graph.edge_index, "edge_label_index": pairs,
@@ -204,7 +205,7 @@ def test_graph_transformer_argument_errors():
     with pytest.raises(ValueError, match="task"):
         GraphTransformer(3, 16, 2, task="link")
     with pytest.raises(ValueError, match="coord_columns"):
-        GraphTransformer(3, 16, 2, coord_columns=[5], num_frequencies=2)
+        GraphTransformer(3, 16, 2, encoder={"coord_columns": [5], "num_frequencies": 2})
     model = GraphTransformer(3, 16, 2, task="edge", attn_kwargs={"k": 2})
     with pytest.raises(ValueError, match="edge_label_index"):
         model(torch.randn(4, 3), torch.tensor([[0, 1], [1, 2]]))
@@ -218,10 +219,10 @@ def test_activation_checkpointing_equals_plain_run(attention):
     for checkpoint in (False, True):
         torch.manual_seed(0)
         model = GraphTransformer(
-            6, 16, 3, num_layers=3, edge_channels=3, attention=attention, dropout=0.3,
-            attn_kwargs={"kmip": {"k": 5}, "grf": {"seed": 3}}.get(attention),
-            attn_dropout=0.0 if attention == "grf" else 0.2, coord_columns=[0, 1], num_frequencies=3,
-            attention_qk="position", checkpoint=checkpoint,
+            6, 16, 3, num_layers=3, edge_channels=3, attention=attention, dropout=0.3, checkpoint=checkpoint,
+            encoder={"coord_columns": [0, 1], "num_frequencies": 3, "attention_qk": "position"},
+            attn_kwargs={"dropout": 0.0 if attention == "grf" else 0.2,
+                         **{"kmip": {"k": 5}, "grf": {"seed": 3}}.get(attention, {})},
         ).train()
         torch.manual_seed(1)  # the same dropout masks in both runs
         loss = model(graph.x, graph.edge_index, edge_attr=graph.edge_attr).square().mean()
@@ -298,7 +299,7 @@ def test_attention_gate_is_ignored_without_attention():
     models = []
     for gate in (False, True):
         torch.manual_seed(0)
-        model = GraphTransformer(6, 16, 3, edge_channels=3, attention="none", attention_gate=gate)
+        model = GraphTransformer(6, 16, 3, edge_channels=3, attention="none", attn_kwargs={"gate": gate})
         models.append(model.eval())
     out = [m(graph.x, graph.edge_index, edge_attr=graph.edge_attr) for m in models]
     torch.testing.assert_close(out[1], out[0])

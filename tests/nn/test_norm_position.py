@@ -32,7 +32,8 @@ def _ffn(layer, h):
 @pytest.mark.parametrize("gate", [False, True])
 def test_pre_norm_layer_normalises_the_branch_inputs_not_the_residual_stream(gate):
     torch.manual_seed(0)
-    layer = GPSLayer(16, local="sage", attention="full", attention_gate=gate, norm_position="pre").eval()
+    layer = GPSLayer(16, local="sage", attention="full", norm_position="pre", attn_kwargs={"gate": gate})
+    layer.eval()
     if gate:
         with torch.no_grad():
             layer.attention_gate.uniform_(0.5, 1.5)
@@ -80,7 +81,7 @@ def test_pre_norm_model_normalises_the_last_layer_once_and_trains_every_paramete
 def test_norm_position_is_checked_and_read_from_the_config():
     with pytest.raises(ValueError, match="norm_position must be one of"):
         GPSLayer(16, norm_position="middle")
-    for form in ({"ffn": False}, {"branch_residual": False}, {"attention_order": "series"}):
+    for form in ({"ffn": False}, {"branch_residual": False}, {"attn_kwargs": {"order": "series"}}):
         with pytest.raises(ValueError, match="needs branch_residual=True, ffn=True"):
             GPSLayer(16, norm_position="pre", **form)
     with pytest.raises(ValueError, match=r"model\.norm_position"):

@@ -47,7 +47,7 @@ def test_the_graph_norm_normalises_each_graph_over_all_its_nodes_and_channels():
 
 def test_a_layer_with_the_graph_norm_sees_each_graph_alone():
     torch.manual_seed(0)
-    layer = GPSLayer(8, attention="full", heads=2, norm="graph").eval()
+    layer = GPSLayer(8, attention="full", norm="graph", attn_kwargs={"heads": 2}).eval()
     x = torch.randn(9, 8)
     edge_index = torch.tensor([[0, 1, 2, 4, 5, 7], [1, 2, 0, 5, 6, 8]])
     edge_attr = torch.randn(6, 8)
@@ -73,7 +73,7 @@ def test_gatedgcn_without_node_residual_keeps_its_edge_residual():
 
 def test_local_residual_off_drops_the_local_branch_residual_alone():
     torch.manual_seed(0)
-    layer = GPSLayer(6, attention="full", heads=2, local_residual=False, ffn=False).eval()
+    layer = GPSLayer(6, attention="full", local_residual=False, ffn=False, attn_kwargs={"heads": 2}).eval()
     assert layer.local.node_residual is False and layer.local.residual is True
     with pytest.raises(ValueError, match="local_residual=True"):
         GPSLayer(6, local_residual=False, norm_position="pre")

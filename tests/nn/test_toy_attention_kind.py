@@ -35,7 +35,7 @@ def toy_kind():
 
 def test_a_registered_kind_builds_in_a_gps_layer_and_attends_uniformly(toy_kind):
     torch.manual_seed(0)
-    layer = GPSLayer(8, local="gcn", attention=toy_kind, heads=2).eval()
+    layer = GPSLayer(8, local="gcn", attention=toy_kind, attn_kwargs={"heads": 2}).eval()
     x, batch = torch.randn(7, 8), torch.tensor([0, 0, 0, 1, 1, 1, 1])
     value = layer.attention.lin_value(x)
     # Independent reference: a softmax over equal scores is the mean over the graph's keys.
@@ -50,7 +50,7 @@ def test_a_registered_kind_trains_through_the_cli(toy_kind, tmp_path):
         "train", "--no-progress",
         *("--set", f"out_dir={tmp_path}", "--set", f"model.attention={toy_kind}", "--set", "optim.epochs=1"),
         *("--set", "optim.warmup_epochs=0", "--set", "model.channels=8", "--set", "model.num_layers=1"),
-        *("--set", "model.heads=2", "--set", "device=cpu", "--set", "threads=1"),
+        *("--set", "model.attention.heads=2", "--set", "device=cpu", "--set", "threads=1"),
     ])
     assert code == 0
     assert json.loads((tmp_path / "metrics.json").read_text())["complete"]

@@ -45,11 +45,11 @@ def test_the_table_shows_the_epochs_each_cell_has_done(tmp_path):
 def test_one_numeric_grid_key_is_plotted_against_its_values(tmp_path):
     entry = {"test_mean": 0.5, "test_std": 0.01, "seconds_per_epoch_mean": 1.0}
     entry["seconds_per_epoch_std"] = math.nan
-    summary = [{**entry, "model.k": k} for k in ("16", "1", "4")]  # rows hold values as text
-    assert numeric_axis(summary, ["model.k"]) == [16.0, 1.0, 4.0]
+    summary = [{**entry, "model.attention.k": k} for k in ("16", "1", "4")]  # rows hold values as text
+    assert numeric_axis(summary, ["model.attention.k"]) == [16.0, 1.0, 4.0]
     assert numeric_axis([{**entry, "lr": 0.001}], ["lr"]) == [0.001]
     assert numeric_axis([{**entry, "model.attention": "kmip"}], ["model.attention"]) is None
     assert numeric_axis([{**entry, "a": 1, "b": 2}], ["a", "b"]) is None
     assert numeric_axis([{**entry, "flag": True}, {**entry, "flag": "true"}], ["flag"]) is None
-    plot_summary(tmp_path / "k.png", summary, ["model.k"], "accuracy")
+    plot_summary(tmp_path / "k.png", summary, ["model.attention.k"], "accuracy")
     assert (tmp_path / "k.png").stat().st_size > 0

@@ -28,7 +28,8 @@ def test_grid_expands_in_file_order_with_readable_names(tmp_path):
     path = write_yaml(tmp_path / "grid.yaml", {
         "base": str(base),
         "set": {"optim.epochs": 7},
-        "grid": {"model.attention": ["kmip", "none"], "model.coord_columns": [[0, 1]], "seed": [0, 1, 2]},
+        "grid": {"model.attention": ["kmip", "none"], "model.encoder.coord_columns": [[0, 1]],
+                 "seed": [0, 1, 2]},
     })
     sweep = load_sweep(path)
     assert sweep.out.as_posix() == "runs/sweeps/grid"
@@ -36,10 +37,11 @@ def test_grid_expands_in_file_order_with_readable_names(tmp_path):
     assert len(cells) == 2 * 1 * 3
     assert [(c.values["model.attention"], c.values["seed"]) for c in cells] == [
         ("kmip", 0), ("kmip", 1), ("kmip", 2), ("none", 0), ("none", 1), ("none", 2)]
-    assert cells[4].name == "model.attention=none__model.coord_columns=0_1__seed=1"
-    assert cells[4].label == "model.attention=none model.coord_columns=[0, 1] seed=1"
+    assert cells[4].name == "model.attention=none__model.encoder.coord_columns=0_1__seed=1"
+    assert cells[4].label == "model.attention=none model.encoder.coord_columns=[0, 1] seed=1"
     config = load_config(base, cell_overrides(sweep, cells[4]))
-    assert (config.model.attention, config.model.coord_columns, config.seed) == ("none", [0, 1], 1)
+    m = config.model
+    assert (m.attention.kind, m.encoder.coord_columns, config.seed) == ("none", [0, 1], 1)
     assert config.optim.epochs == 7 and config.out_dir == "runs/sweeps/grid/cells/" + cells[4].name
     assert load_sweep(path, out=tmp_path / "elsewhere").out == tmp_path / "elsewhere"
 
@@ -51,7 +53,7 @@ def test_variants_are_a_first_axis_of_keys_set_together(tmp_path):
     assert [c.name for c in cells] == [
         "variant=kmip__seed=0", "variant=kmip__seed=1", "variant=wide__seed=0", "variant=wide__seed=1"]
     configs = [load_config(base, cell_overrides(sweep, cell)) for cell in cells]
-    assert [(c.model.attention, c.model.channels, c.seed) for c in configs] == [
+    assert [(c.model.attention.kind, c.model.channels, c.seed) for c in configs] == [
         ("kmip", 8, 0), ("kmip", 8, 1), ("none", 12, 0), ("none", 12, 1)]
     assert all(c.optim.epochs == 7 for c in configs)
 
@@ -60,10 +62,10 @@ def test_command_line_overrides_join_the_files_set(tmp_path):
     base = write_yaml(tmp_path / "base.yaml", TINY_CITY)
     path = write_yaml(tmp_path / "s.yaml", {
         "base": str(base), "set": {"optim.epochs": 7, "optim.lr": 0.01}, "grid": {"seed": [0]}})
-    sweep = load_sweep(path, overrides=["optim.epochs=3", "model.coord_columns=[0, 1]"])
-    assert sweep.fixed == {"optim.epochs": 3, "optim.lr": 0.01, "model.coord_columns": [0, 1]}
+    sweep = load_sweep(path, overrides=["optim.epochs=3", "model.encoder.coord_columns=[0, 1]"])
+    assert sweep.fixed == {"optim.epochs": 3, "optim.lr": 0.01, "model.encoder.coord_columns": [0, 1]}
     config = load_config(base, cell_overrides(sweep, expand(sweep)[0]))
-    assert (config.optim.epochs, config.optim.lr, config.model.coord_columns) == (3, 0.01, [0, 1])
+    assert (config.optim.epochs, config.optim.lr, config.model.encoder.coord_columns) == (3, 0.01, [0, 1])
     with pytest.raises(ValueError, match="both fixed"):
         load_sweep(path, overrides=["seed=4"])
     with pytest.raises(ValueError, match=r"key\.sub=value"):
@@ -105,12 +107,12 @@ def test_shipped_sweeps_expand_into_configs_that_build(path, monkeypatch):
 def test_a_bad_value_in_one_cell_is_reported_before_any_cell_runs(tmp_path, capsys):
     base = write_yaml(tmp_path / "base.yaml", TINY_CITY)
     path = write_yaml(tmp_path / "s.yaml", {"base": str(base), "out": str(tmp_path / "out"),
-                                            "grid": {"model.k": [4, 0], "seed": [0]}})
+                                            "grid": {"model.attention.k": [4, 0], "seed": [0]}})
     sweep = load_sweep(path)
     check_cells(sweep, expand(sweep)[:1])
-    message = r"^cell model.k=0 seed=0: config key 'model.k' must be >= 1, got 0$"
+    message = r"^cell model.attention.k=0 seed=0: config key 'model.attention.k' must be >= 1, got 0$"
     with pytest.raises(ValueError, match=message):
         check_cells(sweep, expand(sweep))
     assert main(["sweep", str(path)]) == 2
-    assert "cell model.k=0 seed=0" in capsys.readouterr().err
+    assert "cell model.attention.k=0 seed=0" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()

@@ -24,7 +24,7 @@ def test_a_compiled_run_compiles_once_and_trains_as_eager(tmp_path):
     for compiled in ("false", "true"):
         config = load_config(None, [
             f"out_dir={tmp_path / compiled}", "task.level=graph", "data.batch_size=4", "model.channels=8",
-            "model.num_layers=1", "model.local=gatedgcn", "model.attention=kmip", "model.k=3",
+            "model.num_layers=1", "model.local=gatedgcn", "model.attention=kmip", "model.attention.k=3",
             "optim.epochs=2", "optim.warmup_epochs=1", "device=cpu", "threads=1", f"optim.compile={compiled}",
         ])
         trainer = Trainer(config, _data())

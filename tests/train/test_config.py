@@ -25,12 +25,13 @@ def test_an_unknown_allocator_is_a_validation_error_naming_the_key():
 
 def test_a_run_resumes_under_another_allocator():
     # Memory and speed change, results do not; a run saved before the key existed counts as `retain`.
-    saved = config_to_dict(load_config(None, ["model.k=8"]))
+    saved = config_to_dict(load_config(None, ["model.attention.k=8"]))
     del saved["allocator"]
-    assert config_differences(saved, config_to_dict(load_config(None, ["model.k=8", "allocator=live"]))) == []
-    assert config_differences(saved, config_to_dict(load_config(None, ["model.k=4", "allocator=live"]))) == [
-        "model.k"
-    ]
+    def current(k: int) -> dict:
+        return config_to_dict(load_config(None, [f"model.attention.k={k}", "allocator=live"]))
+
+    assert config_differences(saved, current(8)) == []
+    assert config_differences(saved, current(4)) == ["model.attention.k"]
 
 
 @pytest.mark.parametrize(

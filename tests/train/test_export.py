@@ -23,7 +23,8 @@ def _graph_level_run(tmp_path) -> Trainer:
     data = PreparedData("graph", None, splits, in_channels=4, edge_channels=2, out_channels=2, name="toy")
     config = load_config(None, [
         f"out_dir={tmp_path}", "task.level=graph", "data.batch_size=5", "model.channels=8",
-        "model.num_layers=2", "model.local=gatedgcn", "model.attention=kmip", "model.k=3", "optim.epochs=1",
+        "model.num_layers=2", "model.local=gatedgcn", "model.attention=kmip", "model.attention.k=3",
+        "optim.epochs=1",
         "optim.warmup_epochs=0", "device=cpu", "threads=1",
     ])
     trainer = Trainer(config, data)

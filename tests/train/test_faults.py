@@ -39,12 +39,12 @@ def test_a_run_directory_is_never_overwritten_silently(tmp_path, capsys):
     assert _train(out) == 0
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     capsys.readouterr()
-    assert _train(out, "--set", "model.k=2") == 2
+    assert _train(out, "--set", "model.attention.k=2") == 2
     line = _error_line(capsys)
     assert "already holds a finished run" in line and "--overwrite" in line and "--resume" in line
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
-    assert _train(out, "--overwrite", "--set", "model.k=2") == 0
-    assert yaml.safe_load((out / "config.yaml").read_text())["model"]["k"] == 2
+    assert _train(out, "--overwrite", "--set", "model.attention.k=2") == 0
+    assert yaml.safe_load((out / "config.yaml").read_text())["model"]["attention"]["k"] == 2
 
 
 def test_overwrite_also_removes_branch_plots_and_tensorboard_scalars(tmp_path):
@@ -75,9 +75,9 @@ def test_resume_compares_resolved_out_dirs(tmp_path, monkeypatch):
         ("task.loss=crossentropy", "task.loss"),
         ("task.metric=acc", "task.metric"),
         ("model.kind=gsp", "model.kind"),
-        ("model.attention=kmips", "model.attention"),
+        ("model.attention=kmips", "model.attention.kind"),
         ("model.dropout=1.5", "model.dropout"),
-        ("model.heads=0", "model.heads"),
+        ("model.attention.heads=0", "model.attention.heads"),
         ("data.name=minesota", "data.name"),
         ("data.val_edges=0.6", "data.val_edges"),
         ("threads=0", "threads"),
@@ -118,7 +118,8 @@ def test_bad_options_are_one_line_usage_errors(argv, capsys):
         (["bench", "search", "--n", "8", "--k", "0"], "`k` must be > 0"),
         (["bench", "search", "--n", "8", "--backends", "magic"], "`backends` must be among"),
         (["bench", "step", "--config", "peptides_func", "--warmup", "-1"], "warmup must be an int >= 0"),
-        (["bench", "step", "--config", "peptides_func", "--set", "model.k=0"], "'model.k' must be >= 1"),
+        (["bench", "step", "--config", "peptides_func", "--set",
+          "model.attention.k=0"], "'model.attention.k' must be >= 1"),
     ],
 )
 def test_bad_bench_options_exit_2(argv, match, capsys, tmp_path):

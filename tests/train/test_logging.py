@@ -35,11 +35,16 @@ def _node_data(n=40) -> PreparedData:
     return PreparedData("node", graph, None, in_channels=4, edge_channels=0, out_channels=2, name="toy")
 
 
+# What building the run of _config logs.
+IGNORED = "model.kind=gcn ignores these model keys: attention.k"
+
+
 def _config(out_dir, *extra):
-    """A GCN baseline with ``model.k`` set, which GCN ignores: the run logs one warning when built."""
+    """A GCN baseline with ``model.attention.k`` set, which GCN ignores: the run logs one warning when
+    built."""
     return load_config(None, [
-        f"out_dir={out_dir}", "model.kind=gcn", "model.k=4", "model.channels=8", "model.num_layers=1",
-        "optim.epochs=3", "optim.warmup_epochs=1", "device=cpu", *extra,
+        f"out_dir={out_dir}", "model.kind=gcn", "model.attention.k=4", "model.channels=8",
+        "model.num_layers=1", "optim.epochs=3", "optim.warmup_epochs=1", "device=cpu", *extra,
     ])
 
 
@@ -52,7 +57,7 @@ def test_quiet_hides_the_progress_bar_and_keeps_warnings(tmp_path, capsys):
     assert "train toy" in capsys.readouterr().err  # the bar, as without any logging set up
     configure_logging(logging.WARNING)  # what --quiet asks for
     _train(tmp_path / "quiet")
-    assert capsys.readouterr().err.strip().splitlines() == ["model.kind=gcn ignores these model keys: k"]
+    assert capsys.readouterr().err.strip().splitlines() == [IGNORED]
 
 
 def test_verbose_adds_a_line_per_epoch(tmp_path, capsys):
@@ -60,7 +65,7 @@ def test_verbose_adds_a_line_per_epoch(tmp_path, capsys):
     configure_logging(logging.DEBUG)  # once more: still one handler, so one copy of each line
     _train(tmp_path, progress=False)
     lines = capsys.readouterr().err.strip().splitlines()
-    assert lines[0] == "model.kind=gcn ignores these model keys: k"
+    assert lines[0] == IGNORED
     assert [line.split(":")[0] for line in lines[1:]] == ["epoch 1/3", "epoch 2/3", "epoch 3/3"]
     assert all(" val " in line and " test " in line for line in lines[1:])
 
@@ -68,7 +73,7 @@ def test_verbose_adds_a_line_per_epoch(tmp_path, capsys):
 def test_info_shows_what_an_unconfigured_run_shows(tmp_path, capsys):
     configure_logging(logging.INFO)  # the CLI's default
     _train(tmp_path, progress=False)
-    assert capsys.readouterr().err.strip().splitlines() == ["model.kind=gcn ignores these model keys: k"]
+    assert capsys.readouterr().err.strip().splitlines() == [IGNORED]
 
 
 def _read_scalars(log_dir) -> dict[str, list[tuple[int, float]]]:

@@ -34,7 +34,7 @@ def test_plain_step_attributes_saved_bytes_to_the_layer_components(tmp_path):
 
 def test_sparse_saved_tensors_are_counted(tmp_path):
     # GRF attention saves sparse masks for backward; a strided-only count would fail on them.
-    saved = _breakdown(tmp_path, "model.attention=grf", "model.attention_options={}")["saved_mib"]
+    saved = _breakdown(tmp_path, "model.attention=grf", "model.attention.options={}")["saved_mib"]
     assert saved["attention (projections, search, gathers)"] > 0
 
 

@@ -30,7 +30,8 @@ def _raw():
 def _config(tmp_path):
     return load_config(None, [
         f"out_dir={tmp_path}", "task.level=node", "data.batch_size=4", "data.normalize_features=false",
-        "model.channels=8", "model.num_layers=1", "model.k=3", "optim.epochs=1", "optim.warmup_epochs=0",
+        "model.channels=8", "model.num_layers=1", "model.attention.k=3", "optim.epochs=1",
+        "optim.warmup_epochs=0",
         "device=cpu",
     ])
 

@@ -48,8 +48,9 @@ def _model(norm: str) -> GraphTransformer:
     torch.manual_seed(0)
     model = GraphTransformer(
         len(OGB_ATOM_DIMS), 16, LABELS, num_layers=2, task="graph", edge_channels=len(OGB_BOND_DIMS),
-        local="gatedgcn", attention="kmip", heads=2, attn_kwargs={"k": 5}, norm=norm, rwse_dim=RWSE,
-        rwse_norm=True, node_categories=OGB_ATOM_DIMS, edge_categories=OGB_BOND_DIMS, head_layers=2,
+        local="gatedgcn", attention="kmip", norm=norm, edge_categories=OGB_BOND_DIMS, head_layers=2,
+        encoder={"rwse_dim": RWSE, "rwse_norm": True, "categories": OGB_ATOM_DIMS},
+        attn_kwargs={"heads": 2, "k": 5},
     )
     return model.double()
 
@@ -145,8 +146,10 @@ def _config(out_dir, norm="batch", pad=True, extra=()):
     pad_to = f"{{nodes: {BUDGET.nodes}, edges: {BUDGET.edges}, graphs: {BUDGET.graphs}}}" if pad else "{}"
     return load_config(None, [
         f"out_dir={out_dir}", "task.level=graph", "task.loss=bce", "task.metric=ap", "data.batch_size=5",
-        f"data.pad_to={pad_to}", f"data.rwse_dim={RWSE}", "model.rwse_norm=true", f"model.norm={norm}",
-        "optim.epochs=2", "optim.warmup_epochs=1", "model.channels=8", "model.num_layers=2", "model.k=3",
+        f"data.pad_to={pad_to}", f"data.rwse_dim={RWSE}", "model.encoder.rwse_norm=true",
+        f"model.norm={norm}",
+        "optim.epochs=2", "optim.warmup_epochs=1", "model.channels=8", "model.num_layers=2",
+        "model.attention.k=3",
         "device=cpu", "threads=1", *extra,
     ])
 

@@ -83,7 +83,8 @@ def _data(num_graphs=23) -> PreparedData:
 
 def _overrides(out_dir) -> list[str]:
     return [f"out_dir={out_dir}", "task.level=graph", "data.batch_size=4", "optim.epochs=3",
-            "optim.warmup_epochs=1", "model.channels=8", "model.num_layers=2", "model.k=3", "device=cpu",
+            "optim.warmup_epochs=1", "model.channels=8", "model.num_layers=2", "model.attention.k=3",
+            "device=cpu",
             "threads=1"]
 
 

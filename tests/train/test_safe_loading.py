@@ -19,8 +19,8 @@ from kmipgt.train.checkpoint import load_checkpoint, rng_state, save_checkpoint,
 from payloads import PAYLOADS, ShellPayload
 
 BASE = ["--set", "data.name=digits_knn", "--set", "model.num_layers=1", "--set", "model.channels=8",
-        "--set", "model.k=4", "--set", "device=cpu", "--set", "threads=1", "--set", "optim.epochs=2",
-        "--set", "optim.eval_every=1"]
+        "--set", "model.attention.k=4", "--set", "device=cpu", "--set", "threads=1",
+        "--set", "optim.epochs=2", "--set", "optim.eval_every=1"]
 
 
 def _train_argv(out, *extra):

@@ -10,7 +10,7 @@ def test_calibrated_ivf_training_logs_the_search_recall(tmp_path):
         "train", "--no-progress", "--config", "configs/synthetic_city_graphgps.yaml",
         *("--set", f"out_dir={tmp_path}", "--set", "data.options={num_nodes: 1500, seed: 0}"),
         *("--set", "model.num_layers=2", "--set", "model.channels=16", "--set", "threads=1"),
-        *("--set", "model.attention_options={backend: ivf, recall: 0.9}", "--set", "optim.epochs=2"),
+        *("--set", "model.attention.options={backend: ivf, recall: 0.9}", "--set", "optim.epochs=2"),
         *("--set", "optim.warmup_epochs=1", "--set", "device=cpu"),
     ])
     assert code == 0

@@ -11,7 +11,7 @@ from kmipgt.train.metrics import compute_metric
 from kmipgt.train.segmentation_metrics import shape_metric
 
 SHAPES = ("data.options.num_shapes=12", "data.options.num_points=64", "data.options.k=4")
-TINY = ("model.num_layers=1", "model.channels=8", "model.head_dim=4", "threads=1", "device=cpu",
+TINY = ("model.num_layers=1", "model.channels=8", "model.attention.head_dim=4", "threads=1", "device=cpu",
         "optim.warmup_epochs=0", "data.batch_size=4")
 
 

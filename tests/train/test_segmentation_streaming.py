@@ -57,7 +57,8 @@ def test_streamed_z_scores_use_the_training_blocks_moments(tmp_path):
 def test_a_streamed_copy_trains_an_epoch(tmp_path):
     write_s3dis(tmp_path / "copy")
     sets = [f"data.options.root={tmp_path / 'copy'}", "data.options.k=8", "data.options.val_blocks=1",
-            "data.options.stream=true", "model.num_layers=2", "model.channels=16", "model.head_dim=4",
+            "data.options.stream=true", "model.num_layers=2", "model.channels=16",
+            "model.attention.head_dim=4",
             "threads=1", "device=cpu", "optim.epochs=1", "optim.warmup_epochs=0", "data.batch_size=4",
             f"out_dir={tmp_path / 'run'}"]
     args = ["train", "--no-progress", "--config", "s3dis", *[a for item in sets for a in ("--set", item)]]

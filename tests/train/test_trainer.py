@@ -24,18 +24,20 @@ from tiny_runs import sign_graphs
 
 def test_config_file_and_overrides(tmp_path):
     path = tmp_path / "c.yaml"
-    path.write_text("model:\n  k: 8\n  channels: 32\noptim:\n  lr: 0.01\n")
-    config = load_config(path, ["model.k=64", "optim.lr=1", "model.head_dim=null", "data.options={root: /d}"])
-    assert config.model.k == 64 and config.model.channels == 32
+    path.write_text("model:\n  attention: {k: 8}\n  channels: 32\noptim:\n  lr: 0.01\n")
+    overrides = ["model.attention.k=64", "optim.lr=1", "model.attention.head_dim=null",
+                 "data.options={root: /d}"]
+    config = load_config(path, overrides)
+    assert config.model.attention.k == 64 and config.model.channels == 32
     assert config.optim.lr == 1.0 and isinstance(config.optim.lr, float)
-    assert config.model.head_dim is None and config.data.options == {"root": "/d"}
-    assert config.model.attention == "kmip"  # untouched default
+    assert config.model.attention.head_dim is None and config.data.options == {"root": "/d"}
+    assert config.model.attention.kind == "kmip"  # untouched default
     with pytest.raises(ValueError, match="unknown config keys in 'model'"):
         load_config(path, ["model.kk=3"])
-    with pytest.raises(TypeError, match=r"model\.k"):
-        load_config(path, ["model.k=1.5"])
+    with pytest.raises(TypeError, match=r"model\.attention\.k"):
+        load_config(path, ["model.attention.k=1.5"])
     with pytest.raises(ValueError, match=r"key\.sub=value"):
-        load_config(path, ["model.k"])
+        load_config(path, ["model.attention.k"])
 
 
 def test_metrics_against_references():
@@ -65,7 +67,7 @@ def _toy_config(out_dir, attention="performer"):
     return load_config(None, [
         f"out_dir={out_dir}", "task.level=graph", "data.batch_size=5", "optim.epochs=4",
         "optim.warmup_epochs=1", "model.channels=16", "model.num_layers=2", f"model.attention={attention}",
-        "model.k=3", "model.dropout=0.2", "model.attn_dropout=0.1", "device=cpu",
+        "model.attention.k=3", "model.dropout=0.2", "model.attention.dropout=0.1", "device=cpu",
     ])
 
 
@@ -95,7 +97,7 @@ def test_every_attention_kind_trains_through_the_trainer(tmp_path, attention):
     config = load_config(None, [
         f"out_dir={tmp_path}", "task.level=graph", "data.batch_size=8", "optim.epochs=2",
         "optim.warmup_epochs=1", "model.channels=16", "model.num_layers=1", f"model.attention={attention}",
-        "model.k=3", "model.attn_dropout=0.0", "device=cpu",
+        "model.attention.k=3", "model.attention.dropout=0.0", "device=cpu",
     ])
     metrics = Trainer(config, _toy_graph_data()).fit(progress=False)
     assert metrics["complete"] and 0.0 <= metrics["test"] <= 1.0
@@ -157,9 +159,9 @@ def test_cli_trains_and_evaluates_a_node_level_graph(tmp_path, capsys, monkeypat
     monkeypatch.setattr("kmipgt.train.datasets.load_raw", lambda config: _toy_road_graph())
     out = tmp_path / "run"
     main(["train", "--no-progress", "--save-tokens", "--set", f"out_dir={out}", "--set", "optim.epochs=3",
-          "--set", "model.num_layers=1", "--set", "model.channels=16", "--set", "model.k=4",
-          "--set", "data.rwse_dim=4", "--set", "data.lappe_dim=3", "--set", "model.coord_columns=[0,1]",
-          "--set", "model.num_frequencies=2"])
+          "--set", "model.num_layers=1", "--set", "model.channels=16", "--set", "model.attention.k=4",
+          "--set", "data.rwse_dim=4", "--set", "data.lappe_dim=3",
+          "--set", "model.encoder.coord_columns=[0,1]", "--set", "model.encoder.num_frequencies=2"])
     printed = capsys.readouterr().out
     assert "test accuracy:" in printed
     metrics = json.loads((out / "metrics.json").read_text())
@@ -199,7 +201,7 @@ def test_out_of_memory_is_an_error_with_a_hint(tmp_path, monkeypatch):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
     monkeypatch.setattr(trainer.model, "forward", exhausted)
-    with pytest.raises(MemoryError, match=r"smaller model\.k") as info:
+    with pytest.raises(MemoryError, match=r"smaller model\.attention\.k") as info:
         trainer.fit(progress=False)
     assert isinstance(info.value.__cause__, torch.OutOfMemoryError)
 
@@ -220,7 +222,7 @@ def _link_config(out_dir, epochs=40):
     return load_config(None, [
         f"out_dir={out_dir}", "task.level=edge", "task.loss=bce", "task.metric=roc_auc", "device=cpu",
         f"optim.epochs={epochs}", "optim.warmup_epochs=2", "optim.lr=0.01", "model.channels=16",
-        "model.num_layers=1", "model.k=4", "data.rwse_dim=4",
+        "model.num_layers=1", "model.attention.k=4", "data.rwse_dim=4",
     ])
 
 
@@ -303,12 +305,12 @@ def test_cli_trains_a_baseline_and_names_the_keys_it_ignores(tmp_path, capsys, c
     defaults = Path(__file__).resolve().parents[1] / "defaults.yaml"
     main(["train", "--no-progress", "--config", str(defaults), "--set", f"out_dir={out}",
           "--set", "optim.epochs=2", "--set", "model.kind=gcn", "--set", "model.channels=16",
-          "--set", "model.k=4", "--set", "model.local=gine",
-          "--set", "model.residual=true", "--set", "data.rwse_dim=4", "--set", "model.coord_columns=[0,1]",
-          "--set", "model.num_frequencies=2"])
+          "--set", "model.attention.k=4", "--set", "model.local=gine",
+          "--set", "model.residual=true", "--set", "data.rwse_dim=4",
+          "--set", "model.encoder.coord_columns=[0,1]", "--set", "model.encoder.num_frequencies=2"])
     assert "test accuracy:" in capsys.readouterr().out
     warnings = [r.getMessage() for r in caplog.records if "ignores" in r.getMessage()]
-    assert warnings == ["model.kind=gcn ignores these model keys: local, k"]
+    assert warnings == ["model.kind=gcn ignores these model keys: local, attention.k"]
     saved = load_config(out / "config.yaml")
     assert saved.model.kind == "gcn" and saved.model.residual
     main(["eval", str(out)])
@@ -324,11 +326,11 @@ def test_cli_trains_a_baseline_and_names_the_keys_it_ignores(tmp_path, capsys, c
 def test_config_saved_before_a_key_existed_matches_its_default():
     from kmipgt.train.config import config_differences, config_to_dict
 
-    current = config_to_dict(load_config(None, ["model.k=8"]))
-    older = config_to_dict(load_config(None, ["model.k=8"]))
+    current = config_to_dict(load_config(None, ["model.attention.k=8"]))
+    older = config_to_dict(load_config(None, ["model.attention.k=8"]))
     del older["task"]["label_inputs"], older["optim"]["precision"]
     assert config_differences(older, current) == []
-    changed = config_to_dict(load_config(None, ["model.k=8", "task.label_inputs=0.5"]))
+    changed = config_to_dict(load_config(None, ["model.attention.k=8", "task.label_inputs=0.5"]))
     assert config_differences(older, changed) == ["task.label_inputs"]
 
 
@@ -336,8 +338,8 @@ def test_saved_tokens_of_position_keyed_attention_come_from_the_encodings(tmp_pa
     from kmipgt.analysis.tokens import collect_tokens
 
     config = _toy_config(tmp_path, attention="kmip")
-    config.model.coord_columns, config.model.num_frequencies = [0, 1], 2
-    config.model.attention_qk = "position"
+    config.model.encoder.coord_columns, config.model.encoder.num_frequencies = [0, 1], 2
+    config.model.encoder.attention_qk = "position"
     trainer = Trainer(config, _toy_graph_data())
     tokens = torch.load(save_first_layer_tokens(trainer))
     first = collect_tokens(trainer.model, trainer.data.splits["test"][0])[0]

@@ -48,20 +48,22 @@ def test_yaml_aliases_are_refused_in_one_line(tmp_path, capsys, file, argv):
 
 
 def test_an_alias_in_a_command_line_value_is_refused(capsys):
-    assert main(["train", *TINY, "--set", "model.coord_columns=[&a 1, *a]"]) == 2
+    assert main(["train", *TINY, "--set", "model.encoder.coord_columns=[&a 1, *a]"]) == 2
     assert "found the alias *a (aliases are not read)" in _error(capsys)
 
 
 def test_long_values_are_shortened_in_messages(tmp_path, capsys):
     path = tmp_path / "long.yaml"
-    path.write_text(yaml.safe_dump({"model": {"attention": "x" * 100_000, "k": list(range(100_000))}}))
+    long_values = {"kind": "x" * 100_000, "k": list(range(100_000))}
+    path.write_text(yaml.safe_dump({"model": {"attention": long_values}}))
     assert main(["train", "--config", str(path)]) == 2
     line = _error(capsys)
-    assert line.startswith("kmipgt: error: config key 'model.k' expects int, got [0, 1, 2, 3, 4, 5, ...]")
+    expected = "kmipgt: error: config key 'model.attention.k' expects int, got [0, 1, 2, 3, 4, 5, ...]"
+    assert line.startswith(expected)
     path.write_text(yaml.safe_dump({"model": {"attention": "x" * 100_000}}))
     assert main(["train", "--config", str(path)]) == 2
     line = _error(capsys)
-    assert "config key 'model.attention' must be one of" in line and len(line) < 400
+    assert "config key 'model.attention.kind' must be one of" in line and len(line) < 400
 
 
 def test_threads_are_capped_at_the_cpus_this_process_may_use(tmp_path, capsys, caplog):

@@ -56,8 +56,9 @@ def explainable_kinds() -> tuple[str, ...]:
 
 
 def attention_modules(model: GraphTransformer) -> dict[int, ProjectedAttention]:
-    """The global attention module of each layer that has one, by layer number (``attention_layers`` may
-    leave layers without); ValueError unless each has explicit weights and at least one layer has one."""
+    """The global attention module of each layer that has one, by layer number (the attention's
+    ``layers`` may leave layers without); ValueError unless each has explicit weights and at least one
+    layer has one."""
     supported = " and ".join(map(repr, explainable_kinds()))
     if len(model.layers) == 0:
         raise ValueError("the model has no layers, so no attention to explain")
@@ -159,7 +160,7 @@ def attended_keys(
 
     Returns:
         One :class:`~kmipgt.ops.AttentionSelection` per layer with attention (every layer unless the
-        model's ``attention_layers`` says otherwise; :func:`attention_modules` names them), on the CPU:
+        attention's ``layers`` say otherwise; :func:`attention_modules` names them), on the CPU:
         ``index``, ``score`` (``q·k``, unscaled) and ``weight`` ``[Q, H, k]``, keys by decreasing score;
         full attention adds ``mass`` ``[Q, H]`` (its weights are renormalised over the k). Memory
         ``O(Q·k·layers·heads)``.

@@ -50,7 +50,7 @@ def modulations(model: torch.nn.Module) -> list[Modulation]:
         if isinstance(core, GRFCore)
     ]
     if not found:
-        raise ValueError("the model has no GRF attention layer (model.attention must be 'grf')")
+        raise ValueError("the model has no GRF attention layer (model.attention.kind must be 'grf')")
     return found
 
 

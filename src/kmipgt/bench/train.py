@@ -32,9 +32,9 @@ __all__ = ["METHODS", "TrainBenchConfig", "fitted_slopes", "run_train_benchmark"
 # Attention kinds, each as the overrides that select it on top of the benchmarked config.
 METHODS = {
     "none": ["model.attention=none"],
-    "kmip_exact": ["model.attention=kmip", "model.attention_options={}"],
-    "kmip_ivf": ["model.attention=kmip", "model.attention_options={backend: ivf, recall: 0.95}"],
-    "grf": ["model.attention=grf", "model.attention_options={}"],
+    "kmip_exact": ["model.attention=kmip", "model.attention.options={}"],
+    "kmip_ivf": ["model.attention=kmip", "model.attention.options={backend: ivf, recall: 0.95}"],
+    "grf": ["model.attention=grf", "model.attention.options={}"],
 }
 # Growth of the time per epoch with N assumed when predicting a point's cost: exact search is quadratic.
 _TIME_EXPONENT = {"kmip_exact": 2.0}

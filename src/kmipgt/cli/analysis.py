@@ -69,7 +69,7 @@ def _analysis_explain(args: argparse.Namespace) -> int:
 
     trainer, part, queries = _explain_inputs(args)
     options = {
-        "k": trainer.config.model.k, "layer": args.layer, "head": args.head, "seed": args.seed,
+        "k": trainer.config.model.attention.k, "layer": args.layer, "head": args.head, "seed": args.seed,
         "virtual_node": trainer.config.data.virtual_node,
     }
     progress = not args.no_progress
@@ -173,7 +173,7 @@ def _analysis_probe(args: argparse.Namespace) -> int:
         graph.edge_index,
         graph.train_mask,
         graph.test_mask,
-        node_coords(graph, config.model.coord_columns),
+        node_coords(graph, config.model.encoder.coord_columns),
         hops=tuple(args.hops),
         spatial_k=tuple(args.spatial),
         label_k=tuple(args.label_k),

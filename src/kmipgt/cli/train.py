@@ -118,7 +118,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="YAML config: a path, or a shipped config's name (kmipgt configs) (default: minnesota, the main "
         "job, what make demo runs)",
     )
-    add_overrides(train, "model.k=32")
+    add_overrides(train, "model.attention.k=32")
     again = train.add_mutually_exclusive_group()
     again.add_argument("--resume", action="store_true", help="continue from out_dir/last.pt")
     again.add_argument(

@@ -42,10 +42,12 @@ class ShardedKMIPCore(KMIPCore):
     def __init__(self, core: KMIPCore, group: dist.ProcessGroup | None = None):
         unsupported = sorted(set(core.search) - set(_SHARDED_SEARCH_OPTIONS))
         if core.key_dropout:
-            raise ValueError("distributed.strategy 'graph' does not support attention_options.key_dropout")
+            raise ValueError(
+                "distributed.strategy 'graph' does not support model.attention.options.key_dropout"
+            )
         if unsupported or core.backend not in _EXACT_BACKENDS:
             raise ValueError(
-                "distributed.strategy 'graph' searches every rank's keys exactly: model.attention_options "
+                "distributed.strategy 'graph' searches every rank's keys exactly: model.attention.options "
                 f"may set an exact backend {_EXACT_BACKENDS} and scale, got backend {core.backend!r}"
                 + (f" and {unsupported}" if unsupported else "")
             )

@@ -60,7 +60,7 @@ def partition_order(
     if method == "spatial" and coords is None:
         raise ValueError(
             "distributed.partition 'spatial' needs node coordinates (the dataset's pos or "
-            "model.coord_columns)"
+            "model.encoder.coord_columns)"
         )
     offsets = block_offsets(num_nodes, parts)
     if method == "contiguous" or coords is None:

@@ -43,7 +43,7 @@ class AttentionKind:
             name), for a kind whose module adds attributes or a forward of its own; ``None``:
             ``ProjectedAttention`` itself.
         qk_x: whether its queries and keys may come from a separate input (``qk_x``, the model's
-            ``attention_qk`` other than ``"hidden"``).
+            encoder's ``attention_qk`` other than ``"hidden"``).
         edge_index: whether the core reads the graph's edges (a topological mask); the module then
             requires ``edge_index``.
         float32_only: whether the core has no half-precision kernels: the module then runs in float32,

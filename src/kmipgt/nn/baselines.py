@@ -9,7 +9,7 @@ from torch import Tensor
 from torch_geometric.nn.models import GAT, GCN, MLP, GraphSAGE, Polynormer, SGFormer
 
 from kmipgt.nn.choices import BASELINE_KINDS
-from kmipgt.nn.encoders import NodeEncoder
+from kmipgt.nn.encoders import NodeEncoder, build_node_encoder
 from kmipgt.nn.model import MLPHead, _ReadoutModel, assert_node_pairs
 from kmipgt.ops.ragged import RaggedLayout
 
@@ -137,9 +137,9 @@ class BaselineModel(_ReadoutModel):
         residual: ``x + conv(x)`` in every layer (:class:`ResidualConv`); ``gcn``, ``sage``, ``gat`` only.
         pooling: graph-level pooling, ``"mean"`` or ``"sum"``.
         head_layers: layers of the output MLP.
-        coord_columns, num_frequencies, lappe_dim, rwse_dim: see :class:`~kmipgt.nn.encoders.NodeEncoder`.
-        node_categories: the number of categories of each node feature where they are category ids: embedded,
-            as :class:`~kmipgt.nn.GraphTransformer` does.
+        encoder: the node encoder, a :class:`~kmipgt.nn.encoders.NodeEncoder` or its keyword arguments
+            (``coord_columns``, ``num_frequencies``, ``lappe_dim``, ``rwse_dim``, ``categories``, ...), as
+            :class:`~kmipgt.nn.GraphTransformer` takes it; its ``attention_qk`` must stay ``"hidden"``.
         options: more keyword arguments of the PyG model (e.g. ``{"heads": 4}`` for GAT, ``{"jk": "cat"}``,
             ``{"trans_num_layers": 1}`` for SGFormer, ``{"global_layers": 2}`` for Polynormer); they take
             precedence over what the arguments above map to.
@@ -149,8 +149,7 @@ class BaselineModel(_ReadoutModel):
         self, kind: str, in_channels: int, channels: int, out_channels: int, num_layers: int = 4,
         task: str = "node", dropout: float = 0.0, norm: str = "layer", activation: str = "gelu",
         residual: bool = False, pooling: str = "mean", head_layers: int = 2,
-        coord_columns: list[int] | tuple[int, ...] = (), num_frequencies: int = 0, lappe_dim: int = 0,
-        rwse_dim: int = 0, node_categories: tuple[int, ...] = (), options: dict[str, Any] | None = None,
+        encoder: NodeEncoder | dict[str, Any] | None = None, options: dict[str, Any] | None = None,
     ):
         if kind not in BASELINE_KINDS:
             raise ValueError(f"baseline kind must be one of {BASELINE_KINDS}, got {kind!r}")
@@ -168,9 +167,10 @@ class BaselineModel(_ReadoutModel):
         self.kind = kind
         self.in_channels, self.channels, self.out_channels = in_channels, channels, out_channels
         self.num_layers = num_layers
-        self.node_encoder = NodeEncoder(
-            in_channels, channels, coord_columns, num_frequencies, lappe_dim, rwse_dim, node_categories
-        )
+        self.node_encoder = build_node_encoder(encoder, in_channels, channels)
+        if self.node_encoder.qk_channels is not None:
+            raise ValueError(f"the {kind!r} baseline has no attention: its encoder's attention_qk must be "
+                             f"'hidden', got {self.node_encoder.attention_qk!r}")
         options = options or {}
         self.body = _build_body(kind, channels, num_layers, dropout, norm, activation, residual, options)
         self._embedding: Tensor | None = None

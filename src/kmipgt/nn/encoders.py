@@ -3,9 +3,12 @@ edge features."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
+from kmipgt.nn.choices import ATTENTION_QK
 from kmipgt.nn.padding import masked_batch_norm
 
 
@@ -117,6 +120,12 @@ class NodeEncoder(torch.nn.Module):
             maps to all ``channels`` and they are summed).
         rwse_norm: batch-normalise the raw random-walk probabilities before their projection (GraphGPS's
             ``raw_norm_type: BatchNorm``): they span orders of magnitude, the first steps' far larger.
+        attention_qk: what the attention's queries and keys are projected from (:meth:`attention_inputs`):
+            ``"hidden"`` (the layer input, as in GraphGPS: no input of the encoder's), ``"encoding"``
+            (the positional encodings of :meth:`encodings`: Fourier features of the coordinates, LapPE,
+            RWSE), so that attention finds keys by position, or ``"position"`` (the Fourier features of the
+            coordinates only: LapPE's and RWSE's structural similarity is blind to location). Values
+            always come from the layer input.
     """
 
     def __init__(
@@ -130,6 +139,7 @@ class NodeEncoder(torch.nn.Module):
         categories: tuple[int, ...] | list[int] = (),
         pe_channels: int = 0,
         rwse_norm: bool = False,
+        attention_qk: str = "hidden",
     ):
         super().__init__()
         if in_channels <= 0:
@@ -159,8 +169,25 @@ class NodeEncoder(torch.nn.Module):
         self.lin_lappe = torch.nn.Linear(lappe_dim, encodings) if lappe_dim > 0 else None
         self.norm_rwse = torch.nn.BatchNorm1d(rwse_dim) if rwse_norm else None
         self.lin_rwse = torch.nn.Linear(rwse_dim, encodings) if rwse_dim > 0 else None
+        self.in_channels, self.channels = in_channels, channels
         self.position_channels = 2 * len(self.coord_columns) * num_frequencies
         self.encoding_channels = self.position_channels + lappe_dim + rwse_dim
+        self.attention_qk = attention_qk
+        self.qk_channels = self._qk_channels()
+
+    def _qk_channels(self) -> int | None:
+        """The size of :meth:`attention_inputs` (None: the attention projects the layer input)."""
+        if self.attention_qk not in ATTENTION_QK:
+            raise ValueError(f"attention_qk must be one of {ATTENTION_QK}, got {self.attention_qk!r}")
+        if self.attention_qk == "hidden":
+            return None
+        size = self.encoding_channels if self.attention_qk == "encoding" else self.position_channels
+        if size == 0:
+            raise ValueError(
+                f"attention_qk={self.attention_qk!r} needs coord_columns + num_frequencies"
+                + (", LapPE or RWSE" if self.attention_qk == "encoding" else "")
+            )
+        return size
 
     def reset_parameters(self) -> None:
         for module in (self.lin_x, self.embed_x, self.lin_fourier, self.lin_lappe, self.norm_rwse,
@@ -174,9 +201,9 @@ class NodeEncoder(torch.nn.Module):
         """The positional part of the input, unprojected: ``[γ(coords) ‖ lappe ‖ rwse]``, ``[N, P]``.
 
         What attention queries and keys see when they are meant to find nodes by position and structure
-        rather than by their hidden state (``GraphTransformer(attention_qk="encoding")``); with
-        ``structural=False`` only the Fourier features of the coordinates (``attention_qk="position"``).
-        LapPE keeps its stored signs here: a random flip would move every key between steps.
+        rather than by their hidden state (``attention_qk="encoding"``); with ``structural=False`` only the
+        Fourier features of the coordinates (``attention_qk="position"``). LapPE keeps its stored signs
+        here: a random flip would move every key between steps.
         """
         size = self.encoding_channels if structural else self.position_channels
         if size == 0:
@@ -188,6 +215,15 @@ class NodeEncoder(torch.nn.Module):
         if any(t is None for t in parts):
             raise ValueError("this encoder was built with LapPE/RWSE but got no lappe/rwse tensor")
         return torch.cat(parts, dim=-1)
+
+    def attention_inputs(
+        self, x: Tensor, lappe: Tensor | None = None, rwse: Tensor | None = None
+    ) -> Tensor | None:
+        """What the attention's queries and keys are projected from, ``[N, qk_channels]``, as
+        ``attention_qk`` says: None for ``"hidden"`` (the layer input), else :meth:`encodings`."""
+        if self.qk_channels is None:
+            return None
+        return self.encodings(x, lappe, rwse, structural=self.attention_qk == "encoding")
 
     def forward(
         self, x: Tensor, lappe: Tensor | None = None, rwse: Tensor | None = None,
@@ -216,6 +252,21 @@ class NodeEncoder(torch.nn.Module):
         if encoded is None:
             return h
         return torch.cat([h, encoded], dim=-1) if self.pe_channels else encoded
+
+
+def build_node_encoder(
+    encoder: NodeEncoder | dict[str, Any] | None, in_channels: int, channels: int
+) -> NodeEncoder:
+    """A model's node encoder: ``encoder`` itself, checked against the model's sizes, or the
+    :class:`NodeEncoder` its keyword arguments describe (TypeError naming an option it does not take)."""
+    if not isinstance(encoder, NodeEncoder):
+        return NodeEncoder(in_channels, channels, **(encoder or {}))
+    if (encoder.in_channels, encoder.channels) != (in_channels, channels):
+        raise ValueError(
+            f"encoder maps {encoder.in_channels} -> {encoder.channels} channels; the model needs "
+            f"{in_channels} -> {channels}"
+        )
+    return encoder
 
 
 def _plus(total: Tensor | None, term: Tensor) -> Tensor:

@@ -20,38 +20,15 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch import Tensor
-from torch_geometric.nn.norm import LayerNorm as GraphLayerNorm
 
 from kmipgt.nn.attention import build_global_attention
-from kmipgt.nn.choices import ACTIVATIONS, NORM_KINDS
+from kmipgt.nn.attention_options import AttentionOptions
+from kmipgt.nn.choices import ACTIVATIONS
 from kmipgt.nn.local_kinds import LOCAL_KINDS, NO_LOCAL, build_local_mpnn
-from kmipgt.nn.padding import masked_batch_norm
+from kmipgt.nn.norms import build_norm, normalise
 from kmipgt.ops.ragged import RaggedLayout
-
-
-def build_norm(kind: str, channels: int) -> torch.nn.Module:
-    """Node-wise ``LayerNorm`` (``"layer"``), ``BatchNorm1d`` (``"batch"``) or PyG's per-graph
-    ``LayerNorm`` (``"graph"``: each graph normalised over all its nodes and channels, as the reference's
-    k-MIP models); apply it with :func:`normalise`."""
-    if kind == "layer":
-        return torch.nn.LayerNorm(channels)
-    if kind == "batch":
-        return torch.nn.BatchNorm1d(channels)
-    if kind == "graph":
-        return GraphLayerNorm(channels, mode="graph")
-    raise ValueError(f"norm must be one of {NORM_KINDS}, got {kind!r}")
-
-
-def normalise(norm: torch.nn.Module, h: Tensor, batch: Tensor | None, layout: RaggedLayout | None) -> Tensor:
-    """``norm`` of :func:`build_norm` on ``h [N, C]``: a per-graph norm over each graph of ``batch`` (the
-    graph count from ``layout``, which PyG would read back from the device), the others node by node; a
-    BatchNorm's statistics are those of the real nodes of a padded batch (``layout.node_mask``)."""
-    if isinstance(norm, GraphLayerNorm):
-        return norm(h, batch, None if layout is None or batch is None else layout.num_graphs)
-    if isinstance(norm, torch.nn.BatchNorm1d) and layout is not None:
-        return masked_batch_norm(norm, h, layout.node_mask)
-    return norm(h)
 
 
 def _one_of(name: str, value: str, choices: dict) -> Any:
@@ -123,8 +100,9 @@ class PreNorm:
     def check(layer: GPSLayer) -> None:
         if not (layer.branch_residual and layer.local_residual and layer.ffn and layer.combiner is Parallel):
             raise ValueError(
-                "norm_position='pre' needs branch_residual=True, ffn=True, attention_order='parallel' and "
-                "local_residual=True (a norm before a branch needs a residual stream to leave unnormalised)"
+                "norm_position='pre' needs branch_residual=True, ffn=True, the attention order 'parallel' "
+                "and local_residual=True (a norm before a branch needs a residual stream to leave "
+                "unnormalised)"
             )
 
     @staticmethod
@@ -208,7 +186,7 @@ class Series(Parallel):
         return layer.placement.attention(layer, x, edge_index, batch, qk_x, True, layout)
 
 
-# ``norm_position`` -> placement, ``attention_order`` -> combiner (their names: NORM_POSITIONS and
+# ``norm_position`` -> placement, the attention's ``order`` -> combiner (their names: NORM_POSITIONS and
 # ATTENTION_ORDERS of kmipgt.nn.choices)
 NORM_PLACEMENTS: dict[str, type[PostNorm | PreNorm]] = {"post": PostNorm, "pre": PreNorm}
 COMBINERS: dict[str, type[Parallel]] = {"parallel": Parallel, "series": Series}
@@ -224,28 +202,23 @@ class GPSLayer(torch.nn.Module):
 
     The layer owns its modules (``local``, ``attention``, ``norm_local``, ``norm_attn``,
     ``attention_gate``, ``ffn_in``, ``ffn_out``, ``norm_ffn``); where the norms sit (``norm_position``)
-    and how the branches combine (``attention_order``) are the strategies of :data:`NORM_PLACEMENTS` and
+    and how the branches combine (the attention's ``order``) are the strategies of :data:`NORM_PLACEMENTS` and
     :data:`COMBINERS` above, each documented there. The local MPNN is a kind of
     :mod:`kmipgt.nn.local_kinds` (GatedGCN carries its own residual, dropout and edge update), the
     attention one of :mod:`kmipgt.nn.attention_kinds`. Either branch may be absent (``"none"``), but not
     both.
 
     ``forward(..., qk_x=...)`` lets the attention's queries and keys come from another input (e.g. the
-    positional encodings; build the layer with ``qk_channels``) while its values come from ``x``.
+    positional encodings; build the layer with ``attn_kwargs={"qk_channels": P}``) while its values come
+    from ``x``.
 
     Args:
         channels: hidden size.
         local: local MPNN kind (``LOCAL_KINDS.names()`` of :mod:`kmipgt.nn.local_kinds`).
         attention: global attention kind (``ATTENTION_KINDS.names()`` of :mod:`kmipgt.nn.attention_kinds`).
-        heads: attention heads.
         dropout: dropout after each branch and inside the FFN.
-        attn_dropout: dropout on the attention weights.
-        norm: ``"layer"``, ``"batch"`` or ``"graph"`` (:func:`build_norm`).
+        norm: ``"layer"``, ``"batch"`` or ``"graph"`` (:func:`~kmipgt.nn.norms.build_norm`).
         activation: FFN activation (``"gelu"`` or ``"relu"``).
-        attention_gate: the attention enters through a per-channel gate :math:`\boldsymbol{\alpha}`
-            initialised at zero, :math:`\boldsymbol{\alpha} \odot \mathrm{Drop}(\mathrm{Attn}(\mathbf{h}))`,
-            unnormalised and beside the local branch's residual: at initialisation the layer is exactly
-            the MPNN-only layer. Needs both branches.
         branch_residual: add the layer input to each branch's output (else a GCN-style layer replaces
             each node by its aggregate).
         local_residual: with ``branch_residual``, the local branch's own: ``False`` drops the residual on
@@ -253,16 +226,15 @@ class GPSLayer(torch.nn.Module):
             models build their GatedGCN; the attention branch keeps its residual.
         ffn: end with the feed-forward block (else with the activation alone; with
             ``branch_residual=False`` and ``local="gcn"``: SGFormer's GCN layer beside an attention).
-        head_dim: attention head size (default ``channels // heads``).
-        qk_channels: size of ``qk_x``, when the attention's queries and keys come from it.
-        attn_kwargs: options of the attention kind's core (e.g. ``{"k": 16}`` for k-MIP), passed on
-            untouched.
-        attention_drop_path: stochastic depth of the attention branch, per node (torchvision's
-            ``stochastic_depth`` in ``"row"`` mode): in training each node's attention output is dropped
-            with this probability and the others scaled by :math:`1/(1-p)`.
-        attention_order: combiner, ``"parallel"`` or ``"series"`` (:data:`COMBINERS`).
-        norm_position: norm placement, ``"post"`` or ``"pre"``
-            (:data:`NORM_PLACEMENTS`).
+        norm_position: norm placement, ``"post"`` or ``"pre"`` (:data:`NORM_PLACEMENTS`).
+        checkpoint: activation checkpointing in training (non-reentrant ``torch.utils.checkpoint``): only
+            the layer's inputs are kept for backward and the layer is recomputed there, trading one more
+            forward pass for its activations. Dropout masks and the k-MIP selection are recomputed
+            identically, so loss and gradients equal the plain run.
+        attn_kwargs: the attention branch's options, :class:`~kmipgt.nn.attention_options.AttentionOptions`
+            (``heads``, ``head_dim``, ``dropout``, ``qk_channels``, ``gate``, ``drop_path``, ``order``),
+            and beside them the options of the attention kind's core (``{"heads": 4, "k": 16}`` for
+            k-MIP), passed on untouched.
     """
 
     def __init__(
@@ -270,34 +242,27 @@ class GPSLayer(torch.nn.Module):
         channels: int,
         local: str = "gatedgcn",
         attention: str = "kmip",
-        heads: int = 4,
         dropout: float = 0.0,
-        attn_dropout: float = 0.0,
         norm: str = "layer",
         activation: str = "gelu",
-        attention_gate: bool = False,
         branch_residual: bool = True,
         local_residual: bool = True,
         ffn: bool = True,
-        head_dim: int | None = None,
-        qk_channels: int | None = None,
-        attn_kwargs: dict[str, Any] | None = None,
-        attention_drop_path: float = 0.0,
-        attention_order: str = "parallel",
         norm_position: str = "post",
+        checkpoint: bool = False,
+        attn_kwargs: dict[str, Any] | None = None,
     ):
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
-        if not 0.0 <= attention_drop_path < 1.0:
-            raise ValueError(f"attention_drop_path must be in [0, 1), got {attention_drop_path}")
-        self.combiner = _one_of("attention_order", attention_order, COMBINERS)
+        options = AttentionOptions.from_kwargs(attn_kwargs)
+        self.combiner = COMBINERS[options.order]
         self.placement = _one_of("norm_position", norm_position, NORM_PLACEMENTS)
         self.channels, self.local_kind, self.attention_kind = channels, local, attention
-        self.attention_order, self.norm_position = attention_order, norm_position
-        self.dropout, self.attention_drop_path = dropout, attention_drop_path
+        self.attention_order, self.norm_position = options.order, norm_position
+        self.dropout, self.attention_drop_path = dropout, options.drop_path
         self.activation, self.branch_residual, self.ffn = activation, branch_residual, ffn
-        self.local_residual = local_residual
+        self.local_residual, self.checkpoint = local_residual, checkpoint
         self.placement.check(self)
         self.local_spec = None if local == NO_LOCAL else LOCAL_KINDS.lookup(local)
         # A pre-norm layer adds an own-residual MPNN's residual itself: the MPNN sees Norm(x), the stream x.
@@ -306,23 +271,23 @@ class GPSLayer(torch.nn.Module):
             local, channels, dropout, residual=residual, node_residual=local_residual
         )
         self.attention = build_global_attention(
-            attention, channels, heads, head_dim=head_dim, dropout=attn_dropout, qk_channels=qk_channels,
-            attn_kwargs=attn_kwargs,
+            attention, channels, options.heads, head_dim=options.head_dim, dropout=options.dropout,
+            qk_channels=options.qk_channels, attn_kwargs=options.core,
         )
         both = self.local is not None and self.attention is not None
         if self.local is None and self.attention is None:
             raise ValueError(f"GPSLayer needs a local MPNN or a global attention; both are {NO_LOCAL!r}")
-        if attention_gate and not both:
-            raise ValueError("attention_gate needs both a local MPNN and a global attention")
+        if options.gate and not both:
+            raise ValueError("the attention gate needs both a local MPNN and a global attention")
         if self.combiner.needs_both and not both:
             raise ValueError(
-                f"attention_order={attention_order!r} needs both a local MPNN and a global attention"
+                f"attention order {options.order!r} needs both a local MPNN and a global attention"
             )
         self.norm_local = build_norm(norm, channels) if self.local is not None else None
         # A gated post-norm attention adds alpha * Attn unnormalised: the gate, not a norm, sets its scale.
-        attention_norm = self.attention is not None and (self.placement.stream or not attention_gate)
+        attention_norm = self.attention is not None and (self.placement.stream or not options.gate)
         self.norm_attn = build_norm(norm, channels) if attention_norm else None
-        self.attention_gate = torch.nn.Parameter(torch.zeros(channels)) if attention_gate else None
+        self.attention_gate = torch.nn.Parameter(torch.zeros(channels)) if options.gate else None
         if ffn:
             self.ffn_in = torch.nn.Linear(channels, 2 * channels)
             self.ffn_out = torch.nn.Linear(2 * channels, channels)
@@ -392,6 +357,16 @@ class GPSLayer(torch.nn.Module):
             raise ValueError(
                 f"edge_attr [E, {self.channels}] is required by the local MPNN {self.local_kind!r}"
             )
+        if self.checkpoint and self.training and torch.is_grad_enabled():
+            return torch.utils.checkpoint.checkpoint(
+                self._layer, x, edge_index, batch, edge_attr, qk_x, layout, use_reentrant=False
+            )
+        return self._layer(x, edge_index, batch, edge_attr, qk_x, layout)
+
+    def _layer(
+        self, x: Tensor, edge_index: Tensor, batch: Tensor | None, edge_attr: Tensor | None,
+        qk_x: Tensor | None, layout: RaggedLayout | None,
+    ) -> tuple[Tensor, Tensor | None]:
         h, edge_attr = self.combiner.combine(self, x, edge_index, batch, edge_attr, qk_x, layout)
         return self.placement.finish(self, h, batch, layout), edge_attr
 

@@ -255,7 +255,7 @@ class GRFCore(AttentionCore):
     ) -> None:
         super().__init__(heads, head_dim, dropout)
         if dropout != 0.0:
-            raise ValueError("attention kind 'grf' has no attention dropout; set attn_dropout to 0")
+            raise ValueError("attention kind 'grf' has no attention dropout; set its dropout to 0")
         if form not in ("symmetric", "asymmetric"):
             raise ValueError(f"`form` must be 'symmetric' or 'asymmetric', got {form!r}")
         allowed = FEATURE_MAPS if form == "symmetric" else (*FEATURE_MAPS, "softmax")

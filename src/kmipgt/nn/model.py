@@ -7,30 +7,23 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-import torch.utils.checkpoint
 from torch import Tensor
 from torch_geometric.nn import global_add_pool, global_mean_pool
 
 from kmipgt.nn.attention_kinds import ATTENTION_KINDS, NO_ATTENTION
-from kmipgt.nn.choices import ATTENTION_QK, POOLINGS, TASKS
-from kmipgt.nn.encoders import EdgeEncoder, NodeEncoder
-from kmipgt.nn.gps_layer import GPSLayer, build_norm, normalise
+from kmipgt.nn.choices import POOLINGS, TASKS
+from kmipgt.nn.encoders import EdgeEncoder, NodeEncoder, build_node_encoder
+from kmipgt.nn.gps_layer import GPSLayer
 from kmipgt.nn.grf_core import share_walk_caches
 from kmipgt.nn.local_kinds import LOCAL_KINDS, NO_LOCAL
+from kmipgt.nn.norms import build_norm, normalise
 from kmipgt.ops.ragged import RaggedLayout, batch_layout
 
-# What a layer without attention is built with: the options of the attention branch are off with it.
-_WITHOUT_ATTENTION = {"attention": NO_ATTENTION, "attention_gate": False, "attention_order": "parallel"}
 
-
-def _layer_arguments(
-    channels: int, dropout: float, qk_channels: int | None, layer_kwargs: dict[str, Any]
-) -> dict[str, Any]:
+def _layer_arguments(channels: int, dropout: float, layer_kwargs: dict[str, Any]) -> dict[str, Any]:
     """Every argument of the model's GPS layers, the layer's defaults filled in (TypeError naming an
     argument the layer does not take, or one the model sets itself)."""
-    bound = inspect.signature(GPSLayer).bind(
-        channels, dropout=dropout, qk_channels=qk_channels, **layer_kwargs
-    )
+    bound = inspect.signature(GPSLayer).bind(channels, dropout=dropout, **layer_kwargs)
     bound.apply_defaults()
     return dict(bound.arguments)
 
@@ -39,7 +32,7 @@ def _layers_with_attention(indices: list[int] | tuple[int, ...] | None, num_laye
     if indices is None:
         return set(range(num_layers))
     if any(not -num_layers <= i < num_layers for i in indices):
-        raise ValueError(f"attention_layers must index the {num_layers} layers, got {list(indices)}")
+        raise ValueError(f"the attention's layers must index the {num_layers} layers, got {list(indices)}")
     return {i % num_layers for i in indices}
 
 
@@ -190,6 +183,13 @@ class GraphTransformer(_ReadoutModel):
     - ``task="edge"``: an MLP on :math:`\mathbf{h}_u \odot \mathbf{h}_v` for each pair in
       ``edge_label_index``, ``[E', out_channels]``.
 
+    The model is composed of its parts, each taking and checking its own options: the node encoder
+    (``encoder``), the GPS layers (``**layer_kwargs``) and, inside them, the attention branch
+    (``attn_kwargs``)::
+
+        GraphTransformer(9, 64, 10, num_layers=4, task="graph", local="gatedgcn", attention="kmip",
+                         attn_kwargs={"heads": 4, "k": 16}, encoder={"rwse_dim": 16})
+
     Args:
         in_channels: raw node feature size.
         channels: hidden size.
@@ -198,36 +198,28 @@ class GraphTransformer(_ReadoutModel):
         task: one of :data:`TASKS`.
         edge_channels: raw edge feature size (0: featureless edges); read where the local MPNN takes edge
             features.
+        edge_categories: the number of categories of each edge feature where they are category ids (the
+            data's description, :class:`~kmipgt.data.registry.CategoricalFeatures`): they are embedded
+            (:class:`~kmipgt.nn.encoders.CategoricalEncoder`) instead of mapped linearly.
         dropout: dropout in layers and head.
         pooling: graph-level pooling, ``"mean"`` or ``"sum"``.
         head_layers: layers of the output MLP.
-        coord_columns, num_frequencies, lappe_dim, rwse_dim, pe_channels, rwse_norm: see
-            :class:`~kmipgt.nn.encoders.NodeEncoder`.
-        node_categories, edge_categories: the number of categories of each node / edge feature where the
-            features are category ids (the data's description,
-            :class:`~kmipgt.data.registry.CategoricalFeatures`): they are embedded
-            (:class:`~kmipgt.nn.encoders.CategoricalEncoder`) instead of mapped linearly.
-        attention_qk: what the attention's queries and keys are projected from: ``"hidden"`` (the layer
-            input, as in GraphGPS) or ``"encoding"`` (the positional encodings of
-            :meth:`~kmipgt.nn.encoders.NodeEncoder.encodings`: Fourier features of the coordinates,
-            LapPE, RWSE), so that attention finds keys by position; values always come from the layer
-            input. With ``"encoding"`` the query and key projections start tied
-            (:meth:`~kmipgt.nn.attention.ProjectedAttention.tie_query_key`), so each query's first top-k is
-            its neighbourhood in the encoding. ``"position"``: the same with the Fourier features of the
-            coordinates only (no LapPE/RWSE, whose structural similarity is blind to location).
-        attention_layers: indices of the layers that have global attention (default: all); negative
-            indices count from the last layer. The others are built with ``attention="none"`` and without
-            the attention's gate and order, as is every layer with ``attention="none"``, so that a gated
-            recipe's MPNN-only ablation is one override.
-        checkpoint: activation checkpointing per GPS layer in training (non-reentrant
-            ``torch.utils.checkpoint``): only each layer's inputs are kept for backward and the layer is
-            recomputed there, trading one more forward pass for the layer's activations. Dropout masks and
-            the k-MIP selection are recomputed identically, so loss and gradients equal the plain run.
+        encoder: the node encoder, a :class:`~kmipgt.nn.encoders.NodeEncoder` or its keyword arguments
+            (``coord_columns``, ``num_frequencies``, ``lappe_dim``, ``rwse_dim``, ``categories``,
+            ``pe_channels``, ``rwse_norm``, ``attention_qk``). Its ``attention_qk`` says what the
+            attention's queries and keys come from; with ``"encoding"`` or ``"position"`` the query and key
+            projections start tied (:meth:`~kmipgt.nn.attention.ProjectedAttention.tie_query_key`), so each
+            query's first top-k is its neighbourhood in the encoding.
         **layer_kwargs: the arguments of every :class:`~kmipgt.nn.gps_layer.GPSLayer` (``local``,
-            ``attention``, ``heads``, ``norm``, ``attn_kwargs``, ``attention_gate``, ...; the layer's
-            defaults where absent). With ``norm_position="pre"`` the last layer's output is normalised
-            once. GRF layers share one set of walks (:func:`~kmipgt.nn.grf_core.share_walk_caches`) unless
-            ``share_walks: false`` is among their ``attn_kwargs``.
+            ``attention``, ``norm``, ``norm_position``, ``checkpoint``, ``attn_kwargs``, ...; the layer's
+            defaults where absent). ``attn_kwargs`` may hold one key the model reads itself, ``layers``:
+            the indices of the layers that have global attention (default: all; negative indices count
+            from the last layer). The others are built with ``attention="none"`` and without the
+            attention's options, as is every layer with ``attention="none"``, so that a gated recipe's
+            MPNN-only ablation is one override. With ``norm_position="pre"`` the last layer's output is
+            normalised once. GRF layers share one set of walks
+            (:func:`~kmipgt.nn.grf_core.share_walk_caches`) unless ``share_walks: false`` is among their
+            ``attn_kwargs``.
     """
 
     def __init__(
@@ -238,56 +230,37 @@ class GraphTransformer(_ReadoutModel):
         num_layers: int = 4,
         task: str = "node",
         edge_channels: int = 0,
+        edge_categories: tuple[int, ...] = (),
         dropout: float = 0.0,
         pooling: str = "mean",
         head_layers: int = 2,
-        coord_columns: list[int] | tuple[int, ...] = (),
-        num_frequencies: int = 0,
-        lappe_dim: int = 0,
-        rwse_dim: int = 0,
-        pe_channels: int = 0,
-        rwse_norm: bool = False,
-        node_categories: tuple[int, ...] = (),
-        edge_categories: tuple[int, ...] = (),
-        attention_qk: str = "hidden",
-        attention_layers: list[int] | tuple[int, ...] | None = None,
-        checkpoint: bool = False,
+        encoder: NodeEncoder | dict[str, Any] | None = None,
         **layer_kwargs: Any,
     ):
         super().__init__(task, pooling)
         if num_layers < 0:
             raise ValueError(f"num_layers must be >= 0, got {num_layers}")
-        if attention_qk not in ATTENTION_QK:
-            raise ValueError(f"attention_qk must be one of {ATTENTION_QK}, got {attention_qk!r}")
-        self.attention_qk = attention_qk
-        self.checkpoint = checkpoint
-        self.node_encoder = NodeEncoder(
-            in_channels, channels, coord_columns, num_frequencies, lappe_dim, rwse_dim, node_categories,
-            pe_channels, rwse_norm,
-        )
-        qk_channels = {
-            "hidden": None,
-            "encoding": self.node_encoder.encoding_channels,
-            "position": self.node_encoder.position_channels,
-        }[attention_qk]
-        if qk_channels == 0:
-            raise ValueError(
-                f"attention_qk={attention_qk!r} needs coord_columns + num_frequencies"
-                + (", LapPE or RWSE" if attention_qk == "encoding" else "")
-            )
-        layer = _layer_arguments(channels, dropout, qk_channels, layer_kwargs)
-        with_attention = _layers_with_attention(attention_layers, num_layers)
+        self.node_encoder = build_node_encoder(encoder, in_channels, channels)
+        attn_kwargs = dict(layer_kwargs.pop("attn_kwargs", None) or {})
+        with_attention = _layers_with_attention(attn_kwargs.pop("layers", None), num_layers)
+        qk_channels = self.node_encoder.qk_channels
+        if "qk_channels" in attn_kwargs:
+            raise ValueError("attn_kwargs 'qk_channels' is the encoder's: set its attention_qk instead")
+        if qk_channels is not None:
+            attn_kwargs["qk_channels"] = qk_channels
+        layer = _layer_arguments(channels, dropout, {**layer_kwargs, "attn_kwargs": attn_kwargs})
         if layer["attention"] == NO_ATTENTION:
             with_attention = set()
         elif qk_channels is not None and not ATTENTION_KINDS.lookup(layer["attention"]).qk_x:
             raise ValueError(
-                f"attention kind {layer['attention']!r} takes no qk_x: set attention_qk='hidden'"
+                f"attention kind {layer['attention']!r} takes no qk_x: set the encoder's "
+                "attention_qk='hidden'"
             )
         edges = layer["local"] != NO_LOCAL and LOCAL_KINDS.lookup(layer["local"]).supports_edge_attr
         self.edge_encoder = EdgeEncoder(edge_channels, channels, edge_categories) if edges else None
+        without_attention = {**layer, "attention": NO_ATTENTION, "attn_kwargs": None}
         self.layers = torch.nn.ModuleList(
-            GPSLayer(**(layer if i in with_attention else {**layer, **_WITHOUT_ATTENTION}))
-            for i in range(num_layers)
+            GPSLayer(**(layer if i in with_attention else without_attention)) for i in range(num_layers)
         )
         # Pre-norm layers leave their residual stream unnormalised; the head gets it normalised once.
         pre_norm = any(gps.placement.stream for gps in self.layers)
@@ -304,7 +277,7 @@ class GraphTransformer(_ReadoutModel):
         self._tie_position_attention()
 
     def _tie_position_attention(self) -> None:
-        if self.attention_qk == "hidden":
+        if self.node_encoder.qk_channels is None:
             return
         for layer in self.layers:
             if hasattr(layer.attention, "tie_query_key"):
@@ -327,16 +300,7 @@ class GraphTransformer(_ReadoutModel):
         node_mask = None if layout is None else layout.node_mask
         h = self.node_encoder(x, lappe=lappe, rwse=rwse, node_mask=node_mask)
         e = self.edge_encoder(edge_attr, edge_index.size(1)) if self.edge_encoder is not None else None
-        qk = None
-        if self.attention_qk != "hidden":
-            qk = self.node_encoder.encodings(x, lappe, rwse, structural=self.attention_qk == "encoding")
-        recompute = self.checkpoint and self.training and torch.is_grad_enabled()
+        qk = self.node_encoder.attention_inputs(x, lappe, rwse)
         for layer in self.layers:
-            if recompute:
-                h, e = torch.utils.checkpoint.checkpoint(
-                    layer, h, edge_index, batch=batch, edge_attr=e, qk_x=qk, layout=layout,
-                    use_reentrant=False,
-                )
-            else:
-                h, e = layer(h, edge_index, batch=batch, edge_attr=e, qk_x=qk, layout=layout)
+            h, e = layer(h, edge_index, batch=batch, edge_attr=e, qk_x=qk, layout=layout)
         return h if self.norm_out is None else normalise(self.norm_out, h, batch, layout)

@@ -17,7 +17,8 @@ from kmipgt.atomic import atomic_write_text
 from kmipgt.child import start_python_module
 from kmipgt.sweep.spec import Cell, Sweep, cell_dir, cell_overrides, expand, format_value
 from kmipgt.sweep.time_limit import TimeLimit, epochs_done, watch
-from kmipgt.train.config import config_differences, config_to_dict, load_config, read_yaml
+from kmipgt.train.config import config_differences, config_to_dict, load_config
+from kmipgt.train.config_reading import read_yaml
 from kmipgt.train.validation import validate_config
 
 METRIC_COLUMNS = ("train", "val", "test", "best_epoch", "epochs", "seconds_per_epoch", "peak_memory_mb",

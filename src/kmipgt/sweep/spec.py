@@ -38,7 +38,7 @@ from typing import Any
 import yaml
 
 from kmipgt.configs import config_path
-from kmipgt.train.config import parse_override, read_yaml
+from kmipgt.train.config_reading import parse_override, read_yaml
 
 SWEEP_KEYS = ("base", "set", "variants", "grid", "out")
 VARIANT_AXIS = "variant"

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-import difflib
 import inspect
-import reprlib
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from kmipgt.configs import config_path
+from kmipgt.train.config_reading import build_section, parse_override, read_yaml
+from kmipgt.train.config_upgrade import log_moved_keys, moved_key, upgrade_tree
 
 
 @dataclass
@@ -85,18 +82,82 @@ class TaskConfig:
 
 
 @dataclass
+class EncoderConfig:
+    """The node encoder's options (:class:`kmipgt.nn.NodeEncoder`), for every model kind.
+
+    ``coord_columns`` and ``num_frequencies``: Fourier features of those columns of x (coordinates).
+    ``pe_channels``: channels of the positional encodings, concatenated after the features' (0: summed).
+    ``rwse_norm``: batch-normalise the raw RWSE before its projection. ``attention_qk`` (GPS):
+    what the attention's queries and keys come from, ``hidden`` (the layer input), ``encoding`` (the
+    positional encodings) or ``position`` (the coordinates' Fourier features). The encodings' sizes are
+    data keys (``data.lappe_dim``, ``data.rwse_dim``); which features are category ids is the dataset's word.
+    Baselines read ``coord_columns`` and ``num_frequencies``.
+    """
+
+    coord_columns: list[int] = field(default_factory=list)
+    num_frequencies: int = 0
+    pe_channels: int = 0
+    rwse_norm: bool = False
+    attention_qk: str = "hidden"
+
+
+@dataclass
+class AttentionConfig:
+    """The global attention of GPS layers (:class:`kmipgt.nn.AttentionOptions`); ``model.attention: KIND``
+    is short for ``model.attention.kind: KIND``.
+
+    ``kind``: ``kmip``, ``full``, ``performer``, ``grf`` or ``none`` (the MPNN-only ablation). ``k``: keys per
+    query of k-MIP (read by the kinds whose core takes a ``k``). ``heads``, ``head_dim`` (default
+    ``channels // heads``), ``dropout`` (on the attention weights). ``gate``: the branch enters through a
+    zero-initialised per-channel gate. ``drop_path``: stochastic depth of the branch, per node. ``order``:
+    ``parallel`` (GraphGPS) or ``series`` (the attention, then the MPNN on its output). ``layers``: the
+    indices of the layers that have attention (``null``: all; negative from the last). ``options``: more
+    options of the kind's core (k-MIP's ``backend``, ``key_dropout``, ``qk_dim``; GRF's ``num_walks``, ...).
+    """
+
+    kind: str = "kmip"
+    k: int = 16
+    heads: int = 4
+    head_dim: int | None = None
+    dropout: float = 0.0
+    gate: bool = False
+    drop_path: float = 0.0
+    order: str = "parallel"
+    layers: list[int] | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def core_options(self) -> dict[str, Any]:
+        """The options of the attention kind's core: ``options``, plus ``k`` where the core takes one
+        (``kmip``), so that ``k`` can be a key of its own without reaching kinds that take none."""
+        # Imported here: reading and checking a config imports no torch, so key errors come at once.
+        from kmipgt.nn.attention_kinds import ATTENTION_KINDS, NO_ATTENTION
+
+        core = None if self.kind == NO_ATTENTION else ATTENTION_KINDS.lookup(self.kind).core_class
+        if core is not None and "k" in inspect.signature(core).parameters:
+            return {"k": self.k, **self.options}
+        return dict(self.options)
+
+    def attn_kwargs(self) -> dict[str, Any]:
+        """The model's ``attn_kwargs``: the branch's options, ``layers``, and the core's options."""
+        branch = {key: getattr(self, key) for key in _BRANCH_KEYS}
+        return {**branch, "layers": self.layers, **self.core_options()}
+
+
+# The keys of AttentionConfig that are AttentionOptions' fields of the same name.
+_BRANCH_KEYS = ("heads", "head_dim", "dropout", "gate", "drop_path", "order")
+
+
+@dataclass
 class ModelConfig:
-    """Which model and its arguments (sizes inferred from the data are left out).
+    """Which model and its arguments (sizes inferred from the data are left out), in the sections of its
+    parts: ``encoder`` (:class:`EncoderConfig`) and ``attention`` (:class:`AttentionConfig`, GPS only).
 
     ``kind``: ``gps`` (:class:`kmipgt.nn.GraphTransformer`) or a PyG baseline of
     :class:`kmipgt.nn.BaselineModel` (``mlp``, ``gcn``, ``sage``, ``gat``, ``sgformer``, ``polynormer``).
-    Each key is named as the model argument it sets: ``channels``, ``num_layers``, ``dropout``, encoder and
-    head keys mean the same for every kind; the keys named as arguments of ``GraphTransformer`` or
-    :class:`~kmipgt.nn.GPSLayer` only (``local``, ``attention``, ``heads``, ``head_dim``, ``attn_dropout``,
-    ``attention_drop_path``, ``attention_order``, ``norm_position``, ``attention_qk``, ``attention_gate``,
-    ``attention_layers``, ``branch_residual``, ``ffn``, ``checkpoint``, ...: see those classes) are
-    GPS-only, as are ``k`` and ``attention_options`` (e.g. k-MIP's ``key_dropout``), the attention core's
-    ``attn_kwargs`` (:meth:`attn_kwargs`); ``residual`` and ``baseline_options`` (keyword arguments of the
+    Each key is named as the model argument it sets: ``channels``, ``num_layers``, ``dropout``, ``norm``,
+    ``activation``, ``pooling`` and ``head_layers`` mean the same for every kind; ``local``,
+    ``norm_position``, ``branch_residual``, ``local_residual``, ``ffn`` and ``checkpoint`` are the GPS
+    layers' (:class:`~kmipgt.nn.GPSLayer`); ``residual`` and ``baseline_options`` (keyword arguments of the
     PyG model) are for baselines.
     """
 
@@ -104,26 +165,11 @@ class ModelConfig:
     channels: int = 64
     num_layers: int = 4
     local: str = "gatedgcn"
-    attention: str = "kmip"
-    heads: int = 4
-    k: int = 16
-    head_dim: int | None = None
     dropout: float = 0.0
-    attn_dropout: float = 0.0
     norm: str = "layer"
     activation: str = "gelu"
     pooling: str = "mean"
     head_layers: int = 2
-    coord_columns: list[int] = field(default_factory=list)
-    num_frequencies: int = 0
-    pe_channels: int = 0
-    rwse_norm: bool = False
-    attention_options: dict[str, Any] = field(default_factory=dict)
-    attention_qk: str = "hidden"
-    attention_gate: bool = False
-    attention_layers: list[int] | None = None
-    attention_drop_path: float = 0.0
-    attention_order: str = "parallel"
     norm_position: str = "post"
     branch_residual: bool = True
     local_residual: bool = True
@@ -131,21 +177,8 @@ class ModelConfig:
     checkpoint: bool = False
     residual: bool = False
     baseline_options: dict[str, Any] = field(default_factory=dict)
-
-    def attn_kwargs(self) -> dict[str, Any]:
-        """The options of the attention kind's core: ``attention_options``, plus ``k`` where the core
-        takes one (``kmip``).
-
-        ``k`` stays a top-level key so that configs written before ``attention_options`` carried the
-        kind-specific options read unchanged; kinds whose core takes no ``k`` do not get it.
-        """
-        # Imported here: reading and checking a config imports no torch, so key errors come at once.
-        from kmipgt.nn.attention_kinds import ATTENTION_KINDS, NO_ATTENTION
-
-        core = None if self.attention == NO_ATTENTION else ATTENTION_KINDS.lookup(self.attention).core_class
-        if core is not None and "k" in inspect.signature(core).parameters:
-            return {"k": self.k, **self.attention_options}
-        return dict(self.attention_options)
+    encoder: EncoderConfig = field(default_factory=EncoderConfig)
+    attention: AttentionConfig = field(default_factory=AttentionConfig)
 
 
 @dataclass
@@ -182,7 +215,7 @@ class DistributedConfig:
     or ``graph`` (``task.level: node``: the graph's nodes split across the ranks under torchrun, each rank
     training on its nodes with a halo exchange per MPNN and sharded k-MIP attention; rank 0 writes the run).
     ``partition`` (``graph``): which nodes each rank owns, ``spatial`` (recursive coordinate bisection of
-    the dataset's ``pos`` or ``model.coord_columns``), ``contiguous`` (the stored order) or ``auto``
+    the dataset's ``pos`` or ``model.encoder.coord_columns``), ``contiguous`` (the stored order) or ``auto``
     (spatial where the graph has coordinates).
     """
 
@@ -220,85 +253,10 @@ class Config:
     out_dir: str = "runs/default"
 
 
-def _checked(value: Any, annotation: Any, key: str) -> Any:
-    """``value`` for config key ``key``: a section built from its mapping, or a value of the key's type."""
-    if dataclasses.is_dataclass(annotation):
-        return _build(annotation, value, key)
-    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
-    options = typing.get_args(annotation) if union else (annotation,)
-    allowed = tuple(typing.get_origin(a) or a for a in options)  # list[int] | None -> (list, NoneType)
-    if float in allowed and type(value) is int:  # YAML reads ``lr: 1`` as an int
-        return float(value)
-    # bool is a subclass of int, but ``k: true`` is a mistake rather than k = 1
-    if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
-        raise TypeError(f"config key {key!r} expects {_type_name(annotation)}, got {reprlib.repr(value)}")
-    return value
-
-
-def _type_name(annotation: Any) -> str:
-    """``int``, ``int | None``, ``list[int]``: the annotation as it is written, not ``<class 'int'>``."""
-    return annotation.__name__ if isinstance(annotation, type) else str(annotation).replace("typing.", "")
-
-
-def _unknown_key_message(unknown: list[str], known: list[str], where: str) -> str:
-    """Name the unknown keys, each with the closest known key where one is close (a typo); the known keys
-    are listed only where some unknown key has no close match."""
-    close = {key: difflib.get_close_matches(key, known, n=1) for key in unknown}
-    named = ", ".join(
-        f"{reprlib.repr(key)} (did you mean {match[0]!r}?)" if match else reprlib.repr(key)
-        for key, match in close.items()
-    )
-    listed = "" if all(close.values()) else f"; known: {', '.join(known)}"
-    return f"unknown config keys in {where!r}: {named}{listed}"
-
-
-def _build(cls: type, values: Any, section: str = "") -> Any:
-    """An instance of the dataclass ``cls`` from a mapping that may leave keys out but adds none."""
-    where = section or "<root>"
-    if not isinstance(values, dict):
-        raise TypeError(f"config section {where!r} must be a mapping, got {reprlib.repr(values)}")
-    fields = typing.get_type_hints(cls)
-    unknown = sorted(set(values) - set(fields))
-    if unknown:
-        raise ValueError(_unknown_key_message(unknown, sorted(fields), where))
-    prefix = f"{section}." if section else ""
-    return cls(**{key: _checked(value, fields[key], prefix + key) for key, value in values.items()})
-
-
-class _NoAliasLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses aliases (``*name``): a few hundred bytes of nested aliases expand to
-    gigabytes, and no config needs them."""
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise yaml.composer.ComposerError(
-                None, None, f"found the alias *{event.anchor} (aliases are not read)", event.start_mark
-            )
-        return super().compose_node(parent, index)
-
-
-def read_yaml(stream: Any, source: str) -> Any:
-    """Parse YAML text or a file with the safe loader, aliases refused; a syntax error or an alias becomes a
-    one-line ValueError naming ``source``."""
-    try:
-        return yaml.load(stream, Loader=_NoAliasLoader)
-    except yaml.YAMLError as error:
-        raise ValueError(f"{source} is not valid YAML: {' '.join(str(error).split())}") from error
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-    """``"model.k=32"`` -> ``("model.k", 32)``: the value is read as YAML (numbers, lists, null, ...)."""
-    key, sep, raw = text.partition("=")
-    if not sep or not key.strip():
-        raise ValueError(f"override must look like key.sub=value, got {text!r}")
-    return key.strip(), read_yaml(raw, f"override {text!r}")
-
-
-def _override(tree: dict, text: str) -> None:
-    """Apply ``"model.k=32"`` to a config tree."""
+def _override(tree: dict, text: str, moved: list[str]) -> None:
+    """Apply ``"model.attention.k=32"`` to a config tree (an old key at its new place, :func:`moved_key`)."""
     key, value = parse_override(text)
-    *sections, leaf = key.split(".")
+    *sections, leaf = moved_key(key, value, moved).split(".")
     for part in sections:
         tree = tree.setdefault(part, {})
         if not isinstance(tree, dict):
@@ -321,9 +279,14 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         # A sweep file names its base config; no run config has a `base` key.
         if isinstance(tree, dict) and "base" in tree:
             raise ValueError(f"{path} is a sweep, not a run config: run `kmipgt sweep {path}`")
+        moved: list[str] = []
+        tree = upgrade_tree(tree, moved)
+        log_moved_keys(moved, str(file))
+    moved = []
     for text in overrides:
-        _override(tree, text)
-    return _build(Config, tree)
+        _override(tree, text, moved)
+    log_moved_keys(moved, "--set")
+    return build_section(Config, tree)
 
 
 def config_to_dict(config: Config) -> dict:
@@ -336,18 +299,25 @@ _NOT_COMPARED = frozenset({"allocator", "data.on_device"})
 
 
 def _dotted(tree: dict) -> dict[str, Any]:
-    """Every key of a :func:`config_to_dict` tree, defaults filled in, by dotted name (``model.k``).
+    """Every key of a :func:`config_to_dict` tree, defaults filled in, by dotted name (``model.attention.k``).
 
-    Option mappings (``data.options``, ``model.*_options``) stay whole values: they are a loader's or a
-    model's keyword arguments, not config keys.
+    Option mappings (``data.options``, ``model.attention.options``, ``model.baseline_options``) stay whole
+    values: they are a loader's or a model's keyword arguments, not config keys. A tree written before the
+    model's sections is read as its sections (:func:`upgrade_tree`).
     """
-    flat = {}
-    for key, value in vars(_build(Config, tree)).items():
-        if dataclasses.is_dataclass(value):
-            flat.update({f"{key}.{sub}": sub_value for sub, sub_value in vars(value).items()})
-        else:
-            flat[key] = value
+    flat = _flat(build_section(Config, upgrade_tree(copy.deepcopy(tree))))
     flat["out_dir"] = Path(flat["out_dir"]).resolve()  # runs/x and ./runs/x/ are the same run
+    return flat
+
+
+def _flat(section: Any, prefix: str = "") -> dict[str, Any]:
+    """The values of ``section`` and of its sections by dotted name."""
+    flat = {}
+    for key, value in vars(section).items():
+        if dataclasses.is_dataclass(value):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[prefix + key] = value
     return flat
 
 

@@ -58,7 +58,7 @@ logger = logging.getLogger(__name__)
 
 def _search_recall(model: torch.nn.Module) -> float | None:
     """Mean over the layers of the recall that calibrated approximate search reached in the last training
-    step (``KMIPCore.last_recall``; ``model.attention_options: {backend: ivf}`` or ``faiss``), else None."""
+    step (``KMIPCore.last_recall``; ``model.attention.options: {backend: ivf}`` or ``faiss``), else None."""
     cores = [m for m in model.modules() if isinstance(m, KMIPCore)]
     recalls = [core.last_recall for core in cores if core.last_recall is not None]
     return float(np.mean(recalls)) if recalls else None

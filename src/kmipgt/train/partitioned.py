@@ -31,7 +31,7 @@ def partition_graph(config: Config, data: PreparedData, ranks: Ranks) -> GraphSh
     if graph is None:
         raise ValueError(f"distributed.strategy 'graph' partitions one graph; dataset {data.name!r} is a set "
                          "of graphs (use strategy 'none')")
-    coords = node_coords(graph, config.model.coord_columns)
+    coords = node_coords(graph, config.model.encoder.coord_columns)
     order, offsets = partition_order(graph.num_nodes, ranks.size, config.distributed.partition, coords)
     return shard_graph(graph, order, offsets, ranks.rank)
 

@@ -94,12 +94,13 @@ def compile_failure_hint(compiled: bool):
 
 
 def oom_message(config: Config) -> str:
-    m = config.model
-    what = f"{m.attention!r} attention" if m.kind == "gps" else f"the {m.kind!r} baseline"
+    m, a = config.model, config.model.attention
+    what = f"{a.kind!r} attention" if m.kind == "gps" else f"the {m.kind!r} baseline"
     return (
-        f"out of memory training {what} (k={m.k}, heads={m.heads}, channels={m.channels}, "
-        f"batch_size={config.data.batch_size}). Try a smaller model.k, fewer model.heads or model.channels, "
-        "a smaller data.batch_size, or an approximate search backend via model.attention_options.backend."
+        f"out of memory training {what} (k={a.k}, heads={a.heads}, channels={m.channels}, "
+        f"batch_size={config.data.batch_size}). Try a smaller model.attention.k, fewer model.attention.heads "
+        "or model.channels, a smaller data.batch_size, or an approximate search backend via "
+        "model.attention.options.backend."
     )
 
 

@@ -140,8 +140,8 @@ class SplitGraph:
     ``nodes``: ``[S]`` the split's nodes (node level: its mask; graph and edge level: every node of the
     split's graph ``index``). ``labels``: ``[N]`` classes on node-level classification, else None.
     ``train_mask``: ``[N]`` training-labelled nodes on node-level tasks, else None. ``coords``: ``[N, 2]``
-    node coordinates for pictures: the dataset's ``pos``, else the first two ``model.coord_columns`` of x
-    (z-scored), else None.
+    node coordinates for pictures: the dataset's ``pos``, else the first two
+    ``model.encoder.coord_columns`` of x (z-scored), else None.
     """
 
     graph: Data
@@ -247,7 +247,7 @@ class Task:
     def _split_view(
         self, graph: Data, nodes: torch.Tensor, labels: torch.Tensor | None, train_mask: torch.Tensor | None
     ) -> SplitGraph:
-        coords = node_coords(graph, self.config.model.coord_columns)
+        coords = node_coords(graph, self.config.model.encoder.coord_columns)
         return SplitGraph(graph, nodes, labels, train_mask, coords)
 
 

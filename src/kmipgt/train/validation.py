@@ -79,23 +79,39 @@ def _check_model(config: Config) -> None:
     m = config.model
     _one_of("model.kind", m.kind, MODEL_KINDS)
     _one_of("model.local", m.local, LOCAL_KINDS.names())
-    _one_of("model.attention", m.attention, ATTENTION_KINDS.names())
     _one_of("model.norm", m.norm, NORM_KINDS)
     _one_of("model.norm_position", m.norm_position, NORM_POSITIONS)
-    _one_of("model.attention_order", m.attention_order, ATTENTION_ORDERS)
     _one_of("model.activation", m.activation, ACTIVATIONS)
     _one_of("model.pooling", m.pooling, POOLINGS)
-    _one_of("model.attention_qk", m.attention_qk, ATTENTION_QK)
-    for key in ("channels", "heads", "k", "head_layers"):
+    for key in ("channels", "head_layers"):
         _at_least(f"model.{key}", getattr(m, key), 1)
-    for key in ("num_layers", "num_frequencies", "pe_channels"):
-        _at_least(f"model.{key}", getattr(m, key), 0)
-    _at_least("model.head_dim", m.head_dim, 1, optional=True)
+    _at_least("model.num_layers", m.num_layers, 0)
     _fraction("model.dropout", m.dropout, closed=False)
-    _fraction("model.attn_dropout", m.attn_dropout, closed=False)
-    # ModelConfig.attn_kwargs hands model.k to the k-MIP core: a second k would silently win over it.
-    if "k" in m.attention_options:
-        raise ValueError("config key 'model.attention_options' must not set 'k'; set 'model.k' instead")
+    _check_encoder(config)
+    _check_attention(config)
+
+
+def _check_encoder(config: Config) -> None:
+    e = config.model.encoder
+    _one_of("model.encoder.attention_qk", e.attention_qk, ATTENTION_QK)
+    for key in ("num_frequencies", "pe_channels"):
+        _at_least(f"model.encoder.{key}", getattr(e, key), 0)
+
+
+def _check_attention(config: Config) -> None:
+    a = config.model.attention
+    _one_of("model.attention.kind", a.kind, ATTENTION_KINDS.names())
+    _one_of("model.attention.order", a.order, ATTENTION_ORDERS)
+    for key in ("heads", "k"):
+        _at_least(f"model.attention.{key}", getattr(a, key), 1)
+    _at_least("model.attention.head_dim", a.head_dim, 1, optional=True)
+    _fraction("model.attention.dropout", a.dropout, closed=False)
+    _fraction("model.attention.drop_path", a.drop_path, closed=False)
+    # AttentionConfig.core_options hands attention.k to the k-MIP core: a second k would silently win.
+    if "k" in a.options:
+        raise ValueError(
+            "config key 'model.attention.options' must not set 'k'; set 'model.attention.k' instead"
+        )
 
 
 def _check_optim(config: Config) -> None:
@@ -139,7 +155,8 @@ def _check_graph_strategy(config: Config) -> None:
     if m.kind != "gps":
         raise ValueError(f"distributed.strategy 'graph' trains GPS models (model.kind: gps), got {m.kind!r}")
     _one_of("model.local (with distributed.strategy 'graph')", m.local, partitioned_local_kinds())
-    _one_of("model.attention (with distributed.strategy 'graph')", m.attention, partitioned_attention_kinds())
+    _one_of("model.attention.kind (with distributed.strategy 'graph')", m.attention.kind,
+            partitioned_attention_kinds())
     if config.log_branches:
         raise ValueError("config key 'log_branches' is not supported with distributed.strategy 'graph' yet")
     if m.norm == "graph":
