@@ -20,7 +20,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch_geometric.data import Data
 from tqdm import tqdm
 
-from kmipgt.atomic import atomic_write_text
+from kmipgt.atomic import atomic_write_json, atomic_write_text
 from kmipgt.cpus import capped_at_cpus
 from kmipgt.distributed.batch_norm import global_batch_norms
 from kmipgt.distributed.collect import gather_objects, run_on_main, sum_across_ranks, sum_gradients
@@ -38,7 +38,7 @@ from kmipgt.train.losses import compute_loss
 from kmipgt.train.metrics import higher_is_better
 from kmipgt.train.models import build_model
 from kmipgt.train.partitioned import PartitionedNodeTask, partition_graph, rank_share
-from kmipgt.train.report import plot_curves, write_csv, write_json
+from kmipgt.train.report import plot_curves, write_csv
 from kmipgt.train.runtime import (
     compile_failure_hint,
     non_finite_message,
@@ -403,5 +403,5 @@ class Trainer:
         if self.ranks is not None:
             metrics["peak_memory_mb_per_rank"] = gather_objects(metrics["peak_memory_mb"])
         if self.writes_files:
-            write_json(self.run_dir / "metrics.json", metrics)
+            atomic_write_json(self.run_dir / "metrics.json", metrics)
         return metrics

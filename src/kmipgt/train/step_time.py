@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch_geometric.nn import MessagePassing
 
-from kmipgt.bench.common import machine_info
+from kmipgt.machine import machine_info
 from kmipgt.nn.gps_layer import GPSLayer
 from kmipgt.train.config import Config
 from kmipgt.train.datasets import prepare_data
