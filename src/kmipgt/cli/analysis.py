@@ -161,7 +161,8 @@ def _number_or_dash(value: float | None, digits: int) -> str:
 def _analysis_probe(args: argparse.Namespace) -> int:
     config = load_config(args.config, args.overrides)
     from kmipgt.analysis import label_agreement_by_hops, neighbourhood_probe
-    from kmipgt.train.datasets import node_coords, prepare_data
+    from kmipgt.train.datasets import prepare_data
+    from kmipgt.train.graph_features import node_coords
 
     if config.task.level != "node":
         raise ValueError(f"the probe needs a node-level task, got task.level={config.task.level!r}")

@@ -35,7 +35,7 @@ from kmipgt.train.config import Config
 from kmipgt.train.datasets import prepare_data
 from kmipgt.train.loop import Trainer
 from kmipgt.train.stand_in import stand_in_data
-from kmipgt.train.task import Step, Task
+from kmipgt.train.tasks.base import Step, Task
 from kmipgt.train.validation import validate_config
 
 __all__ = ["PARTS", "STAND_IN_BATCHES", "endless_steps", "markdown_table", "step_breakdown", "timed_modules"]
