@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 from kmipgt.distributed import count_communication
 from kmipgt.train import Trainer, load_config
-from kmipgt.train.task import forward
+from kmipgt.train.batches import forward
 
 
 def layer_formula(trainer: Trainer, ranks: int) -> dict[str, int]:

@@ -2,6 +2,7 @@
 where the file goes is replaced, never written through."""
 
 import ast
+import json
 import os
 import re
 from pathlib import Path
@@ -12,7 +13,14 @@ import pytest
 import torch
 
 import kmipgt
-from kmipgt.atomic import atomic_write_text, save_array, save_figure, save_named_arrays, save_tensors
+from kmipgt.atomic import (
+    atomic_write_json,
+    atomic_write_text,
+    save_array,
+    save_figure,
+    save_named_arrays,
+    save_tensors,
+)
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -83,6 +91,7 @@ def _victim_and_link(tmp_path: Path, name: str) -> tuple[Path, Path]:
 
 @pytest.mark.parametrize(("name", "write", "read"), [
     ("report.md", lambda p: atomic_write_text(p, "report"), lambda p: p.read_text()),
+    ("metrics.json", lambda p: atomic_write_json(p, {"ap": 0.5}), lambda p: json.loads(p.read_text())),
     ("tokens.pt", lambda p: save_tensors({"q": torch.ones(2)}, p), lambda p: torch.load(p)["q"].tolist()),
     ("labels.npy", lambda p: save_array(p, np.arange(3)), lambda p: np.load(p).tolist()),
     ("graph.npz", lambda p: save_named_arrays(p, {"a": np.ones(2)}), lambda p: np.load(p)["a"].tolist()),
@@ -93,7 +102,7 @@ def test_a_symlink_at_the_target_is_replaced_and_its_target_left_alone(tmp_path,
     write(link)
     assert victim.read_text() == "someone else's file"
     assert not link.is_symlink() and link.is_file()
-    assert read(link) == {"report.md": "report", "tokens.pt": [1.0, 1.0], "labels.npy": [0, 1, 2],
-                          "graph.npz": [1.0, 1.0], "plot.png": b"\x89PNG"}[name]
+    assert read(link) == {"report.md": "report", "metrics.json": {"ap": 0.5}, "tokens.pt": [1.0, 1.0],
+                          "labels.npy": [0, 1, 2], "graph.npz": [1.0, 1.0], "plot.png": b"\x89PNG"}[name]
     assert sorted(os.listdir(link.parent)) == [name]  # no temporary file left
     assert link.stat().st_mode & 0o077 == 0  # readable by its owner only, like every file written

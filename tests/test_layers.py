@@ -1,4 +1,5 @@
-"""kmipgt's imports follow the layers the README draws, and no module imports itself back through others.
+"""kmipgt's imports follow the layers the README draws, no module imports itself back through others, and
+no module is over :data:`LINE_LIMIT` lines.
 
 Every import counts, including those inside functions (a lazy import hides a cycle; it does not remove it).
 """
@@ -11,6 +12,8 @@ import kmipgt
 
 PACKAGE = Path(kmipgt.__file__).parent
 README = Path(__file__).resolve().parents[1] / "README.md"
+# A module longer than this does more than one job: split it by what each part is for.
+LINE_LIMIT = 400
 
 
 def _module_name(path: Path) -> str:
@@ -103,3 +106,12 @@ def test_the_cycle_finder_finds_a_planted_cycle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert find_cycle(graph) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_module_is_over_the_line_limit():
+    long = sorted(
+        f"{path.relative_to(PACKAGE.parent)} ({count} lines)"
+        for path in PACKAGE.rglob("*.py")
+        if (count := len(path.read_text().splitlines())) > LINE_LIMIT
+    )
+    assert not long, f"modules over {LINE_LIMIT} lines: {', '.join(long)}"

@@ -11,6 +11,7 @@ left alone.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
 from collections.abc import Callable, Mapping
@@ -22,6 +23,7 @@ import numpy as np
 __all__ = [
     "TEMP_SUFFIX",
     "atomic_write",
+    "atomic_write_json",
     "atomic_write_text",
     "save_array",
     "save_figure",
@@ -68,6 +70,11 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], object]) -> None:
 def atomic_write_text(path: str | Path, text: str) -> None:
     """:func:`atomic_write` of UTF-8 text."""
     atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def atomic_write_json(path: str | Path, content: dict[str, Any]) -> None:
+    """``content`` as indented JSON at ``path``, so the numbers can be read and diffed; written atomically."""
+    atomic_write_text(path, json.dumps(content, indent=2) + "\n")
 
 
 def save_figure(figure: Any, path: str | Path, **options: Any) -> None:

@@ -15,11 +15,12 @@ from kmipgt.nn.attention import build_global_attention
 from kmipgt.nn.gps_layer import GPSLayer
 from kmipgt.ops.ragged import RaggedLayout
 from kmipgt.train import load_config
+from kmipgt.train.batches import forward
 from kmipgt.train.datasets import prepare_data
 from kmipgt.train.loop import Trainer
 from kmipgt.train.losses import compute_loss
 from kmipgt.train.stand_in import stand_in_data
-from kmipgt.train.task import Step, forward
+from kmipgt.train.tasks.base import Step
 
 pytestmark = pytest.mark.cuda
 

@@ -9,8 +9,8 @@ from torch_geometric.data import Batch, Data
 
 from kmipgt.nn import GraphTransformer
 from kmipgt.nn.model import assert_node_pairs
+from kmipgt.train.batches import batch_to_device, forward
 from kmipgt.train.resident import HOST_PTR
-from kmipgt.train.task import batch_to_device, forward
 from sync_detector import HostSyncs
 
 

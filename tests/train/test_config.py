@@ -47,7 +47,7 @@ def test_trim_gives_free_memory_back_after_every_training_step(
     calls = []
     monkeypatch.setenv(OPT_OUT_VARIABLE, opt_out)
     monkeypatch.setattr("kmipgt.train.datasets.load_raw", lambda config: toy_node_data().graph)
-    monkeypatch.setattr("kmipgt.train.loop.release_free_memory", lambda: calls.append("released") or True)
+    monkeypatch.setattr("kmipgt.train.stepper.release_free_memory", lambda: calls.append("released") or True)
     config = toy_node_config(tmp_path, epochs=3)
     config.allocator = policy
     Trainer(config).fit(progress=False)

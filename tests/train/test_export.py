@@ -11,9 +11,9 @@ from kmipgt.cli import main
 from kmipgt.nn import KMIPAttention
 from kmipgt.ops.ragged import batch_layout
 from kmipgt.train import Trainer, load_config, load_run
+from kmipgt.train.batches import batch_to_device, model_inputs
 from kmipgt.train.datasets import PreparedData
 from kmipgt.train.export import export_model
-from kmipgt.train.task import batch_to_device, model_inputs
 from tiny_runs import sign_graphs
 
 

@@ -8,7 +8,8 @@ from torch_geometric.data import Data
 from kmipgt.train import load_config
 from kmipgt.train.datasets import prepare_data
 from kmipgt.train.loop import Trainer
-from kmipgt.train.task import NodeBatchTask, make_task
+from kmipgt.train.tasks.levels import make_task
+from kmipgt.train.tasks.node_batch import NodeBatchTask
 
 
 def _segmented_graphs(num_graphs: int, seed: int) -> list[Data]:

@@ -9,12 +9,13 @@ from torch_geometric.data import Batch, Data
 from kmipgt.data.lrgb import OGB_ATOM_DIMS, OGB_BOND_DIMS
 from kmipgt.nn import GraphTransformer
 from kmipgt.train import Trainer, load_config
+from kmipgt.train.batches import model_inputs
 from kmipgt.train.datasets import PreparedData
 from kmipgt.train.metrics import compute_metric
 from kmipgt.train.pad_budget import PadBudget
 from kmipgt.train.padding import REAL_GRAPHS, pad_batch, pad_to_fit, required_budget
 from kmipgt.train.resident import HOST_PTR, ResidentGraphs
-from kmipgt.train.task import make_task, model_inputs
+from kmipgt.train.tasks.levels import make_task
 from kmipgt.train.validation import validate_config
 
 RWSE, LABELS = 6, 5

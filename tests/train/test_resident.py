@@ -10,7 +10,7 @@ from kmipgt.train import Trainer, load_config
 from kmipgt.train.config import config_differences, config_to_dict
 from kmipgt.train.datasets import PreparedData
 from kmipgt.train.resident import HOST_PTR, ResidentGraphs, graphs_nbytes, resident_by_default
-from kmipgt.train.task import make_task
+from kmipgt.train.tasks.levels import make_task
 from sync_detector import HostSyncs
 from tiny_runs import sign_graphs
 
@@ -156,9 +156,9 @@ def test_the_default_cuts_batches_where_the_graphs_fit_and_else_collates(tmp_pat
     """``data.on_device`` unset: the splits kept on the device where they fit (here: a stand-in decision on
     the CPU), the same batches as the loader's; graphs that only collating takes (an attribute that is not
     a tensor) are collated on the host, where ``data.on_device: true`` refuses them."""
-    import kmipgt.train.task as task_module
+    import kmipgt.train.tasks.graph as graph_task
 
-    monkeypatch.setattr(task_module, "resident_by_default", lambda nbytes, device: True)
+    monkeypatch.setattr(graph_task, "resident_by_default", lambda nbytes, device: True)
     device, config = torch.device("cpu"), load_config(None, [*_overrides(tmp_path), "data.on_device=null"])
     assert config.data.on_device is None
     task = make_task(config, _data(), torch.Generator().manual_seed(5))

@@ -9,7 +9,7 @@ from kmipgt.cli import main
 from kmipgt.data.streamed import StreamedGraphs
 from kmipgt.train import load_config
 from kmipgt.train.datasets import prepare_data
-from kmipgt.train.task import make_task
+from kmipgt.train.tasks.levels import make_task
 from point_cloud_copies import write_s3dis
 
 pytestmark = pytest.mark.requires("h5py")

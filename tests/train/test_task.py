@@ -1,4 +1,4 @@
-"""Task levels (kmipgt.train.task): steps, loss inputs, targets and split outputs vs direct computations."""
+"""Task levels (kmipgt.train.tasks): steps, loss inputs, targets and split outputs vs direct computations."""
 
 import math
 import random
@@ -12,7 +12,10 @@ from torch_geometric.loader import DataLoader
 from kmipgt.train import load_config
 from kmipgt.train.datasets import PreparedData
 from kmipgt.train.losses import LOSSES, compute_loss
-from kmipgt.train.task import GraphTask, LinkTask, NodeTask, make_task, with_fresh_negatives
+from kmipgt.train.tasks.graph import GraphTask
+from kmipgt.train.tasks.levels import make_task
+from kmipgt.train.tasks.link import LinkTask, with_fresh_negatives
+from kmipgt.train.tasks.node import NodeTask
 
 
 def _masks(n: int, gen: torch.Generator) -> dict[str, torch.Tensor]:

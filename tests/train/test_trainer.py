@@ -13,11 +13,11 @@ from torch_geometric.utils import to_undirected
 from kmipgt.cli import main
 from kmipgt.data import list_datasets
 from kmipgt.nn import BASELINE_KINDS, BaselineModel
-from kmipgt.train import Trainer, build_model, load_config, loop
+from kmipgt.train import Trainer, build_model, load_config, stepper
+from kmipgt.train.batches import forward as _forward
 from kmipgt.train.checkpoint import load_checkpoint
 from kmipgt.train.datasets import PreparedData
 from kmipgt.train.metrics import compute_metric, higher_is_better
-from kmipgt.train.task import forward as _forward
 from kmipgt.train.tokens import save_first_layer_tokens
 from tiny_runs import sign_graphs
 
@@ -350,7 +350,7 @@ def test_saved_tokens_of_position_keyed_attention_come_from_the_encodings(tmp_pa
 def _recorded_losses(monkeypatch, bad_call: int | None = None, bad: float = 1.0) -> list[tuple[float, int]]:
     """Record every training step's loss and target count; the loss of call ``bad_call`` (from 0) times
     ``bad``."""
-    losses, compute_loss = [], loop.compute_loss
+    losses, compute_loss = [], stepper.compute_loss
 
     def recording(name, output, target):
         loss = compute_loss(name, output, target)
@@ -359,7 +359,7 @@ def _recorded_losses(monkeypatch, bad_call: int | None = None, bad: float = 1.0)
         losses.append((float(loss.detach()), target.size(0)))
         return loss
 
-    monkeypatch.setattr(loop, "compute_loss", recording)
+    monkeypatch.setattr(stepper, "compute_loss", recording)
     return losses
 
 

@@ -36,6 +36,7 @@ from kmipgt.analysis.tokens import save_tokens as save_token_file
 from kmipgt.atomic import save_figure
 from kmipgt.bench import common
 from kmipgt.logs import quiet
+from kmipgt.machine import machine_info
 from kmipgt.nn import FullAttention
 from kmipgt.ops import topk_inner_product
 
@@ -269,7 +270,7 @@ def run_approx_benchmark(
         "trained_k": first.k,
         "backend": first.backend,
         "ks": ks,
-        "machine": common.machine_info(str(device)),
+        "machine": machine_info(str(device)),
         "records": records,
         "layers": layer_summary(records),
         "metric": {"name": metric, "inference_k": metric_rows, "full_attention": full},

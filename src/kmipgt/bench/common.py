@@ -8,19 +8,17 @@ entry point, so it must not pull in what only the parent needs here (tqdm, matpl
 
 from __future__ import annotations
 
-import json
-import platform
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import torch
 from tqdm import tqdm
 
-from kmipgt.atomic import atomic_write_text
+from kmipgt.atomic import atomic_write_json
 from kmipgt.bench.isolation import run_isolated
 from kmipgt.bench.plotting import plot_scaling
 from kmipgt.logs import quiet
+from kmipgt.machine import machine_info
 
 __all__ = [
     "DTYPES",
@@ -30,7 +28,6 @@ __all__ = [
     "bench_result",
     "check_positive",
     "geometric_grid",
-    "machine_info",
     "predicted_over_budget",
     "run_budgeted",
     "run_points",
@@ -173,19 +170,6 @@ def run_budgeted(
     return bench_result(config, config.device, points=records)
 
 
-def machine_info(device: str) -> dict:
-    """Platform, processor, torch version and threads, and the GPU's name on a CUDA ``device``."""
-    info = {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-    }
-    if device.startswith("cuda") and torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
-    return info
-
-
 def bench_result(config: object, device: str, **parts: object) -> dict:
     """``{"config": asdict(config), "machine": machine_info(device), **parts}``: a result file's body."""
     return {"config": asdict(config), "machine": machine_info(device), **parts}
@@ -194,7 +178,7 @@ def bench_result(config: object, device: str, **parts: object) -> dict:
 def write_json(result: dict, path: Path) -> None:
     """``result`` as indented JSON at ``path`` (its folder created)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps(result, indent=2) + "\n")
+    atomic_write_json(path, result)
 
 
 def write_result(

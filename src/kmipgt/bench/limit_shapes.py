@@ -18,7 +18,8 @@ from statistics import median
 
 import torch
 
-from kmipgt.bench.common import machine_info, write_json
+from kmipgt.bench.common import write_json
+from kmipgt.machine import machine_info
 from kmipgt.ops import kmip_attention
 from kmipgt.ops.ragged import RaggedLayout
 from kmipgt.ops.search.registry import route, search_call

@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from kmipgt.atomic import atomic_write_text
+from kmipgt.atomic import atomic_write_json, atomic_write_text
 from kmipgt.cli.analysis_grf import add_grf
 from kmipgt.cli.parser import add_checkpoint, add_overrides, csv, positive_int
 from kmipgt.cli.runs import load_config, use_run_allocator
@@ -65,7 +65,6 @@ def _explain_inputs(args: argparse.Namespace):
 def _analysis_explain(args: argparse.Namespace) -> int:
     from kmipgt.analysis import explain, explain_graphs, undirected_adjacency
     from kmipgt.analysis.plots import plot_explanation, plot_stats
-    from kmipgt.train.report import write_json
 
     trainer, part, queries = _explain_inputs(args)
     options = {
@@ -85,7 +84,7 @@ def _analysis_explain(args: argparse.Namespace) -> int:
     result = {**run, **result}
     out = args.out if args.out is not None else args.run_dir / "explain"
     out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "explain.json", result)
+    atomic_write_json(out / "explain.json", result)
     if queries is None:
         plot_stats(out / "explain_stats.png", result)
         paths = [out / "explain_stats.png"]
@@ -162,7 +161,8 @@ def _number_or_dash(value: float | None, digits: int) -> str:
 def _analysis_probe(args: argparse.Namespace) -> int:
     config = load_config(args.config, args.overrides)
     from kmipgt.analysis import label_agreement_by_hops, neighbourhood_probe
-    from kmipgt.train.datasets import node_coords, prepare_data
+    from kmipgt.train.datasets import prepare_data
+    from kmipgt.train.graph_features import node_coords
 
     if config.task.level != "node":
         raise ValueError(f"the probe needs a node-level task, got task.level={config.task.level!r}")

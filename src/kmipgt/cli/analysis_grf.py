@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from kmipgt.atomic import atomic_write_json
 from kmipgt.cli.parser import add_checkpoint, csv, positive_int
 from kmipgt.cli.runs import use_run_allocator
 
@@ -17,7 +18,6 @@ def _analysis_grf(args: argparse.Namespace) -> int:
     from kmipgt.analysis.grf_estimator import summarize_errors
     from kmipgt.analysis.modulation import modulations, plot_modulations
     from kmipgt.train import load_run
-    from kmipgt.train.report import write_json
 
     out = args.out if args.out is not None else args.runs[0] / "grf"
     out.mkdir(parents=True, exist_ok=True)
@@ -46,7 +46,7 @@ def _analysis_grf(args: argparse.Namespace) -> int:
         record["graph"] = {"split": args.split, "index": args.graph, "num_nodes": graph.num_nodes}
         record["summary"] = summarize_errors(record["estimator"])
         _print_estimator(record["summary"], graph.num_nodes, len(args.runs), args.seeds)
-    write_json(out / "grf.json", record)
+    atomic_write_json(out / "grf.json", record)
     print(f"wrote {figure} and {out / 'grf.json'}")
     return 0
 

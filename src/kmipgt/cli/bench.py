@@ -10,7 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
-from kmipgt.atomic import atomic_write_text
+from kmipgt.atomic import atomic_write_json, atomic_write_text
 from kmipgt.cli.parser import add_checkpoint, add_fields, add_overrides, config_from_args, csv, positive_int
 from kmipgt.cli.runs import load_config, use_run_allocator
 
@@ -187,7 +187,6 @@ def _bench_approx(args: argparse.Namespace) -> int:
 def _bench_memory(args: argparse.Namespace) -> int:
     config = load_config(args.config, args.overrides)
     from kmipgt.train.memory import memory_breakdown
-    from kmipgt.train.report import write_json
 
     result = memory_breakdown(config)
     for view in ("state_mib", "saved_mib"):
@@ -196,7 +195,7 @@ def _bench_memory(args: argparse.Namespace) -> int:
     for phase, rss in result["rss_mib"].items():
         print(f"   rss  {phase:<48} {rss['peak_mib']:10.1f} MiB peak, {rss['end_mib']:.1f} at its end")
     if args.out is not None:
-        write_json(args.out, result)
+        atomic_write_json(args.out, result)
         print(f"wrote {args.out}")
     return 0
 

@@ -55,7 +55,7 @@ def _check_pairs_shape(name: str, pairs: Tensor) -> None:
 def check_node_pairs(name: str, pairs: Tensor, num_nodes: int) -> None:
     """ValueError unless ``pairs`` is a ``[2, E]`` integer tensor of node ids in ``[0, num_nodes)``, naming
     the ids found. It reads the ids: call it on host data, before the copy to a device (the training loop
-    does, :func:`kmipgt.train.task.batch_to_device`); a model checks with :func:`assert_node_pairs`."""
+    does, :func:`kmipgt.train.batches.batch_to_device`); a model checks with :func:`assert_node_pairs`."""
     _check_pairs_shape(name, pairs)
     if pairs.numel() == 0:
         return

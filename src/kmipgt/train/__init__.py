@@ -19,14 +19,14 @@ if TYPE_CHECKING:
     from kmipgt.train.models import build_model
     from kmipgt.train.predictions import predict, write_predictions
     from kmipgt.train.run import evaluate_run, load_run, split_graph, train
-    from kmipgt.train.task import SplitGraph
+    from kmipgt.train.tasks.base import SplitGraph
 
 # Public name -> the submodule that defines it.
 _SOURCES = {
     "METRICS": "metrics",
     "CompiledModel": "compiled",
     "Config": "config",
-    "SplitGraph": "task",
+    "SplitGraph": "tasks.base",
     "Trainer": "loop",
     "build_model": "models",
     "compute_metric": "metrics",

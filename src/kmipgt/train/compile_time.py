@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from kmipgt.atomic import atomic_write_text, save_figure
-from kmipgt.bench.common import machine_info, write_json
+from kmipgt.atomic import atomic_write_json, atomic_write_text, save_figure
+from kmipgt.machine import machine_info
 from kmipgt.train.config import Config
 from kmipgt.train.datasets import prepare_data
 from kmipgt.train.loop import Trainer
@@ -111,6 +111,6 @@ def plot_steps(result: dict[str, Any], path: Path) -> None:
 def write_outputs(result: dict[str, Any], out: Path) -> None:
     """``compile.json``, ``compile.md`` and ``compile.png`` in ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    write_json(result, out / "compile.json")
+    atomic_write_json(out / "compile.json", result)
     atomic_write_text(out / "compile.md", markdown_table(result) + "\n")
     plot_steps(result, out / "compile.png")

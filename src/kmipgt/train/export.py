@@ -11,8 +11,9 @@ from torch import Tensor
 from torch.export import Dim, ExportedProgram
 
 from kmipgt.atomic import atomic_write
+from kmipgt.train.batches import batch_to_device, model_inputs
 from kmipgt.train.run import load_run
-from kmipgt.train.task import NodeTask, batch_to_device, model_inputs
+from kmipgt.train.tasks.node import NodeTask
 
 __all__ = ["dynamic_shapes", "export_model", "export_run"]
 
@@ -38,7 +39,7 @@ def dynamic_shapes(inputs: dict[str, Tensor]) -> dict[str, dict[int, Dim]]:
 
 def export_model(model: torch.nn.Module, inputs: dict[str, Tensor]) -> ExportedProgram:
     """``model`` in evaluation mode exported on the keyword ``inputs`` of one graph or mini-batch (those
-    :func:`~kmipgt.train.task.model_inputs` gives; a mini-batch with its CPU ``ptr``), every count of
+    :func:`~kmipgt.train.batches.model_inputs` gives; a mini-batch with its CPU ``ptr``), every count of
     nodes, edges, graphs and pairs dynamic.
 
     The k-MIP, full-attention and aggregation operators are ``torch.ops.kmipgt`` operators: loading the

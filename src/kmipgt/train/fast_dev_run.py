@@ -26,7 +26,8 @@ from kmipgt.train.datasets import PreparedData, prepare_data
 from kmipgt.train.loop import Trainer
 from kmipgt.train.losses import compute_loss
 from kmipgt.train.runtime import seed_everything
-from kmipgt.train.task import NodeTask, Step
+from kmipgt.train.tasks.base import Step
+from kmipgt.train.tasks.node import NodeTask
 
 __all__ = ["BatchCheck", "fast_dev_run", "fast_dev_run_configs"]
 

@@ -19,8 +19,10 @@ from kmipgt.distributed.graph_shard import GraphShard, shard_graph
 from kmipgt.distributed.launch import Ranks
 from kmipgt.distributed.partition import partition_order
 from kmipgt.train.config import Config
-from kmipgt.train.datasets import PreparedData, node_coords
-from kmipgt.train.task import NodeTask, Step
+from kmipgt.train.datasets import PreparedData
+from kmipgt.train.graph_features import node_coords
+from kmipgt.train.tasks.base import Step
+from kmipgt.train.tasks.node import NodeTask
 
 __all__ = ["PartitionedNodeTask", "partition_graph", "rank_share"]
 

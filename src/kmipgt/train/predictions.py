@@ -35,21 +35,15 @@ from kmipgt.cpus import capped_at_cpus
 from kmipgt.data import get_dataset, load_graph
 from kmipgt.data.registry import ONE_GRAPH
 from kmipgt.logs import quiet
+from kmipgt.train.batches import batch_to_device, forward
+from kmipgt.train.categories import model_categories
 from kmipgt.train.choices import PREDICTED_SPLITS
 from kmipgt.train.config import Config, DistributedConfig
-from kmipgt.train.datasets import (
-    SPLITS,
-    PreparedData,
-    load_raw,
-    model_categories,
-    prepare_data,
-    prepare_set_graph,
-)
+from kmipgt.train.datasets import SPLITS, PreparedData, load_raw, prepare_data, prepare_set_graph
 from kmipgt.train.models import build_model
 from kmipgt.train.prediction_files import check_output, collect, write_rows
 from kmipgt.train.run import read_run
 from kmipgt.train.runtime import compile_failure_hint, resolve_device, seed_everything
-from kmipgt.train.task import batch_to_device, forward
 from kmipgt.train.validation import validate_config
 from kmipgt.train.widths import trained_widths
 

@@ -1,11 +1,9 @@
-"""Run reports: the per-epoch CSV log, the learning-curve plots (one run; several runs side by side) and
-the final metrics JSON."""
+"""Run reports: the per-epoch CSV log and the learning-curve plots (one run; several runs side by side)."""
 
 from __future__ import annotations
 
 import csv
 import io
-import json
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +23,6 @@ def write_csv(path: Path, history: list[dict[str, Any]]) -> None:
     writer.writeheader()
     writer.writerows(history)
     atomic_write_text(path, text.getvalue())
-
-
-def write_json(path: Path, content: dict[str, Any]) -> None:
-    """Indented JSON, so the numbers can be read and diffed; written atomically."""
-    atomic_write_text(path, json.dumps(content, indent=2) + "\n")
 
 
 def plot_curves(path: Path, history: list[dict[str, Any]], metric: str) -> None:

@@ -16,7 +16,7 @@ from torch import Tensor
 from torch_geometric.data import Batch, Data
 
 # The attribute under which a batch on a device keeps its CPU graph offsets, which the model reads on the
-# host (kmipgt.train.task.forward).
+# host (kmipgt.train.batches.forward).
 HOST_PTR = "host_ptr"
 
 # data.on_device's default keeps a set of graphs on a CUDA device when its tensors take at most this share of

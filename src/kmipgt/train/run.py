@@ -19,7 +19,7 @@ from kmipgt.train.config import Config, load_config
 from kmipgt.train.loop import Trainer
 from kmipgt.train.rundir import prepare_run
 from kmipgt.train.runtime import out_of_memory_hint, resolve_device
-from kmipgt.train.task import SplitGraph
+from kmipgt.train.tasks.base import SplitGraph
 from kmipgt.train.tokens import save_first_layer_tokens
 
 __all__ = ["evaluate_run", "load_run", "split_graph", "train"]

@@ -29,13 +29,13 @@ from typing import Any
 import torch
 from torch_geometric.nn import MessagePassing
 
-from kmipgt.bench.common import machine_info
+from kmipgt.machine import machine_info
 from kmipgt.nn.gps_layer import GPSLayer
 from kmipgt.train.config import Config
 from kmipgt.train.datasets import prepare_data
 from kmipgt.train.loop import Trainer
 from kmipgt.train.stand_in import stand_in_data
-from kmipgt.train.task import Step, Task
+from kmipgt.train.tasks.base import Step, Task
 from kmipgt.train.validation import validate_config
 
 __all__ = ["PARTS", "STAND_IN_BATCHES", "endless_steps", "markdown_table", "step_breakdown", "timed_modules"]

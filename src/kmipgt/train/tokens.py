@@ -8,8 +8,8 @@ import torch
 
 from kmipgt.atomic import save_tensors
 from kmipgt.nn import GraphTransformer
+from kmipgt.train.batches import forward
 from kmipgt.train.loop import Trainer
-from kmipgt.train.task import forward
 
 __all__ = ["save_first_layer_tokens"]
 

@@ -14,8 +14,9 @@ from collections.abc import Mapping
 import torch
 
 from kmipgt.data.registry import CategoricalFeatures
+from kmipgt.train.categories import model_categories
 from kmipgt.train.config import Config
-from kmipgt.train.datasets import PreparedData, model_categories
+from kmipgt.train.datasets import PreparedData
 from kmipgt.train.models import MODEL_BUILDERS
 
 __all__ = ["WIDTHS", "trained_widths"]
@@ -56,7 +57,7 @@ def trained_widths(config: Config, level: str, weights: Mapping[str, torch.Tenso
     """``{"in_channels", "edge_channels", "out_channels"}``: the node features, edge features and outputs
     of the ``level`` model of ``config`` whose state dict is ``weights``; None for a width that no weight
     depends on (PyG baselines read no edge features), 0 for edge features the run did not have. Features
-    of category ids are as many as the dataset has tables (:func:`~kmipgt.train.datasets.model_categories`):
+    of category ids are as many as the dataset has tables (:func:`~kmipgt.train.categories.model_categories`):
     a model embeds each column by its own table, so their count is not probed.
 
     ``config.model.kind`` must be a known kind (:func:`~kmipgt.train.validation.validate_config`).

@@ -1,0 +1,111 @@
+"""One graph made model-ready: node features as floats or category ids, edge features, positional
+encodings, label columns, and features z-scored over reference graphs."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch_geometric.data import Data
+
+from kmipgt.data import LaplacianPE
+from kmipgt.data.positional_encodings import random_walk_se_of_graphs
+from kmipgt.data.registry import NUMERIC_FEATURES, CategoricalFeatures
+from kmipgt.train.config import Config
+
+__all__ = [
+    "add_encodings",
+    "add_set_encodings",
+    "label_columns",
+    "node_coords",
+    "prepare_graph",
+    "standardise_features",
+]
+
+
+def node_coords(graph: Data, coord_columns: list[int] | tuple[int, ...]) -> torch.Tensor | None:
+    """``[N, 2]`` node positions: the dataset's ``pos``, else the first two ``coord_columns`` of the
+    (z-scored) features, else None."""
+    coords = graph.get("pos")
+    if coords is None and len(coord_columns) >= 2:
+        coords = graph.x[:, list(coord_columns[:2])]
+    return coords
+
+
+def _edge_features(graph: Data, categorical: bool = False) -> torch.Tensor | None:
+    """Edge features as ``[E, F]``: ``edge_attr`` if present (category ids as they are, else as floats), else
+    log road length (lengths span decades)."""
+    if getattr(graph, "edge_attr", None) is not None:
+        attr = graph.edge_attr if categorical else graph.edge_attr.float()
+        return attr.unsqueeze(-1) if attr.dim() == 1 else attr
+    if getattr(graph, "edge_length", None) is not None:
+        return torch.log1p(graph.edge_length.float().clamp_min(0)).unsqueeze(-1)
+    return None
+
+
+def prepare_graph(
+    graph: Data, config: Config, encodings: bool = True, categories: CategoricalFeatures = NUMERIC_FEATURES
+) -> Data:
+    """``graph`` as a model reads it, in a Data of its own: node features (floats, or category ids where
+    ``categories.node`` says so), ``edge_index``, ``y``, edge features, the split masks, scored pairs,
+    ``pos`` and ``category`` where present; with the configured encodings unless ``encodings`` is False.
+    ValueError where the graph has no node features."""
+    if getattr(graph, "x", None) is None:
+        raise ValueError(f"dataset {config.data.name!r} has graphs without node features x")
+    out = Data(x=graph.x if categories.node else graph.x.float(), edge_index=graph.edge_index, y=graph.y)
+    edge_attr = _edge_features(graph, bool(categories.edge))
+    if edge_attr is not None:
+        out.edge_attr = edge_attr
+    # pos: node coordinates, kept for pictures (explain plots); the model reads coordinates from x.
+    for key in ("train_mask", "val_mask", "test_mask", "edge_label_index", "edge_label", "pos", "category"):
+        if getattr(graph, key, None) is not None:
+            out[key] = graph[key]
+    return add_encodings(out, config) if encodings else out
+
+
+def add_encodings(graph: Data, config: Config) -> Data:
+    """``graph`` with the configured encodings (:func:`add_set_encodings` of one graph)."""
+    return add_set_encodings([graph], config)[0]
+
+
+def add_set_encodings(graphs: list[Data], config: Config) -> list[Data]:
+    """``graphs`` with the configured encodings: LapPE graph by graph, RWSE of them all at once
+    (:func:`~kmipgt.data.positional_encodings.random_walk_se_of_graphs`)."""
+    if config.data.lappe_dim > 0:
+        graphs = [LaplacianPE(config.data.lappe_dim, attr_name="lappe")(graph) for graph in graphs]
+        for graph in graphs:
+            del graph["lappe_eigval"]
+    if config.data.rwse_dim > 0:
+        encodings = random_walk_se_of_graphs([g.edge_index for g in graphs], [g.num_nodes for g in graphs],
+                                             config.data.rwse_dim)
+        graphs = [copy.copy(graph) for graph in graphs]  # as a transform does: the caller's graphs unchanged
+        for graph, rwse in zip(graphs, encodings, strict=True):
+            graph.rwse = rwse
+    return graphs
+
+
+def label_columns(y: torch.Tensor, shown: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """``[N, num_classes + 1]``: the one-hot label of the ``shown`` nodes (zeros elsewhere), then
+    ``shown``."""
+    one_hot = torch.nn.functional.one_hot(y.clamp_min(0), num_classes).float() * shown[:, None]
+    return torch.cat([one_hot, shown[:, None].float()], dim=1)
+
+
+def _standardise(graphs: list[Data], reference: list[Data], key: str) -> None:
+    """Z-score ``graph[key]`` columns in place with mean/std taken over the ``reference`` graphs."""
+    stacked = torch.cat([g[key] for g in reference])
+    mean, std = stacked.mean(0), stacked.std(0).clamp_min(1e-6)
+    for graph in graphs:
+        graph[key] = (graph[key] - mean) / std
+
+
+def standardise_features(
+    graphs: list[Data], reference: list[Data], categories: CategoricalFeatures = NUMERIC_FEATURES
+) -> None:
+    """Z-score the numeric node and edge features (category ids stay ids)."""
+    if not categories.node:
+        _standardise(graphs, reference, "x")
+    if graphs[0].edge_attr is not None and not categories.edge:
+        _standardise(graphs, reference, "edge_attr")
+
+
