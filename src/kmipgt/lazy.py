@@ -4,16 +4,24 @@ names load with their submodule.
 The registries of datasets and of attention kinds name their built-in entries this way, as packaging entry
 points do, so that listing or checking names (a config's ``data.name``, ``model.attention``) imports no
 torch.
+
+A lazy package lists its public names once, in the stub ``__init__.pyi`` beside its ``__init__.py``, as
+Scientific Python's SPEC 1 does: type checkers read the stub's imports as the package's re-exports, and
+:func:`lazy_package` reads them as the table of which submodule defines each name. We read the stub ourselves
+rather than with ``lazy_loader.attach_stub`` because lazy_loader before 0.6 binds a submodule over a public
+name of the same name (``kmipgt.data.minnesota``), which ``_LazyPackage`` prevents without a new dependency.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import sys
 import types
+from pathlib import Path
 from typing import Any
 
-__all__ = ["lazy_package", "resolve"]
+__all__ = ["lazy_package", "resolve", "stub_sources"]
 
 
 def resolve(target: Any) -> Any:
@@ -51,10 +59,36 @@ class _LazyPackage(types.ModuleType):
         return sorted({*self.__dict__, *self.__dict__.get("__all__", ())})
 
 
-def lazy_package(package: str, sources: dict[str, str]) -> None:
-    """Make ``package`` (its ``__init__`` calls this with ``__name__``) import each public name from the
-    submodule ``sources[name]`` on first access, so that the package loads without its submodules'
-    dependencies (torch) and its torch-free submodules stay cheap."""
+def _reexport(stub: Path, node: ast.stmt) -> tuple[str, list[str]]:
+    """The submodule and names of ``from .submodule import name as name, ...``, the stub's only kind of line:
+    ``as name`` makes type checkers read a name as re-exported, not as a private import of the stub."""
+    if (
+        isinstance(node, ast.ImportFrom)
+        and node.level == 1
+        and node.module
+        and all(alias.asname == alias.name for alias in node.names)
+    ):
+        return node.module, [alias.name for alias in node.names]
+    raise ValueError(f"{stub}:{node.lineno}: expected only 'from .submodule import name as name' lines")
+
+
+def stub_sources(stub: Path) -> dict[str, str]:
+    """Public name -> the submodule that defines it, in the order of the stub's imports."""
+    sources: dict[str, str] = {}
+    for node in ast.parse(stub.read_text(), filename=str(stub)).body:
+        submodule, names = _reexport(stub, node)
+        for name in names:
+            if name in sources:
+                raise ValueError(f"{stub}:{node.lineno}: {name!r} is imported twice")
+            sources[name] = submodule
+    return sources
+
+
+def lazy_package(package: str, init_file: str) -> None:
+    """Make ``package`` (its ``__init__`` calls this with ``__name__, __file__``) import each public name of
+    its stub ``__init__.pyi`` from the submodule the stub names, on first access, so that the package loads
+    without its submodules' dependencies (torch) and its torch-free submodules stay cheap."""
+    sources = stub_sources(Path(init_file).with_suffix(".pyi"))
     module = sys.modules[package]
-    module._lazy_sources = dict(sources)
+    vars(module).update(__all__=list(sources), _lazy_sources=sources)
     module.__class__ = _LazyPackage
