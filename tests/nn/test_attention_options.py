@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch_geometric.data import Data
 
-from kmipgt.nn import FourierFeatures, GPSLayer, GraphTransformer, KMIPAttention
+from kmipgt.nn import AttentionOptions, FourierFeatures, GPSLayer, GraphTransformer, KMIPAttention
 
 
 def _graph(num_nodes=12, channels=5, seed=0):
@@ -127,3 +127,18 @@ def test_position_queries_see_only_the_coordinate_features():
     assert model(graph.x, graph.edge_index, edge_attr=graph.edge_attr, rwse=rwse).shape == (12, 3)
     with pytest.raises(ValueError, match="attention_qk='position' needs coord_columns"):
         GraphTransformer(5, 16, 3, encoder={"rwse_dim": 3, "attention_qk": "position"})
+
+
+def test_the_branch_takes_its_own_keys_and_hands_the_rest_to_the_core():
+    options = AttentionOptions.from_kwargs({"heads": 2, "gate": True, "k": 4, "backend": "dense"})
+    assert (options.heads, options.gate, options.order) == (2, True, "parallel")
+    assert options.core == {"k": 4, "backend": "dense"}
+    layer = GPSLayer(8, attn_kwargs={"heads": 2, "k": 4, "backend": "dense"})
+    assert (layer.attention.heads, layer.attention.core.k, layer.attention.core.backend) == (2, 4, "dense")
+    bad_options = (({"heads": 0}, "heads must be a positive int"), ({"dropout": 1.0}, "dropout must be"),
+                   ({"head_dim": 0}, "head_dim must be positive"))
+    for bad, message in bad_options:
+        with pytest.raises(ValueError, match=message):
+            AttentionOptions.from_kwargs(bad)
+    with pytest.raises(TypeError, match="kk"):
+        GPSLayer(8, attn_kwargs={"kk": 4})

@@ -5,9 +5,21 @@ from __future__ import annotations
 import argparse
 
 
+def _show(name: str) -> int:
+    """Print the config ``name`` (a shipped one's name, or a file) whole: every key, defaults filled in."""
+    import yaml
+
+    from kmipgt.train.config import config_to_dict, load_config
+
+    print(yaml.safe_dump(config_to_dict(load_config(name)), sort_keys=False), end="")
+    return 0
+
+
 def _configs(args: argparse.Namespace) -> int:
     from kmipgt.configs import config_path, first_comment, list_configs
 
+    if args.show:
+        return _show(args.show)
     if args.paths:
         for name in list_configs():
             print(config_path(name))
@@ -27,4 +39,6 @@ def register(commands: argparse._SubParsersAction) -> None:
         "configs", help="list the shipped configs (train --config NAME and sweep NAME find them by name)"
     )
     parser.add_argument("--paths", action="store_true", help="print only each config's file path")
+    parser.add_argument("--show", metavar="NAME",
+                        help="print a run config (a shipped one's name or a file) with every key")
     parser.set_defaults(handler=_configs)
