@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kmipgt.cli import main
 from kmipgt.nn import GPSLayer, GraphTransformer, NodeEncoder
 from kmipgt.train import evaluate_run, load_config
 from kmipgt.train.config import config_differences, config_to_dict
@@ -101,3 +102,10 @@ def test_a_run_written_before_the_sections_evaluates_to_its_metrics(run, tmp_pat
     metrics = evaluate_run(run_dir)
     for split in ("train", "val", "test"):
         assert metrics[split] == pytest.approx(saved[split], abs=1e-6), split
+
+
+def test_configs_show_prints_a_config_whole_in_sections(capsys):
+    assert main(["configs", "--show", "synthetic_city"]) == 0
+    shown = yaml.safe_load(capsys.readouterr().out)
+    assert shown == config_to_dict(load_config("synthetic_city"))
+    assert shown["model"]["attention"]["layers"] == [-2, -1] and "k" not in shown["model"]
