@@ -20,10 +20,10 @@ from kmipgt.train.batches import forward
 
 def layer_formula(trainer: Trainer, ranks: int) -> dict[str, int]:
     """Bytes this rank sends per GPS layer (float32): halo rows each way, the attention ring."""
-    m, plan, b = trainer.config.model, trainer.shard.plan, 4
+    m, a, plan, b = trainer.config.model, trainer.config.model.attention, trainer.shard.plan, 4
     sent_rows = sum(rows.numel() for rows in plan.send.values())
-    head_dim = m.head_dim or m.channels // m.heads
-    kv = plan.num_nodes * m.heads * 2 * head_dim * b  # one block of keys and values (equal shares)
+    head_dim = a.head_dim or m.channels // a.heads
+    kv = plan.num_nodes * a.heads * 2 * head_dim * b  # one block of keys and values (equal shares)
     return {
         "halo forward": sent_rows * m.channels * b,
         "halo backward": plan.num_halo * m.channels * b,

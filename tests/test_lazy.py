@@ -89,29 +89,29 @@ def test_no_import_cycle_runs_through_a_stub():
 
 @pytest.fixture
 def planted(tmp_path, monkeypatch):
-    """A lazy package ``planted`` whose submodule ``things`` defines ``present``; write its stub to plant."""
-    root = tmp_path / "planted"
+    """A lazy package ``stub_plant`` whose submodule ``things`` defines ``present``; write its stub."""
+    root = tmp_path / "stub_plant"
     root.mkdir()
     (root / "__init__.py").write_text("import kmipgt.lazy\n\nkmipgt.lazy.lazy_package(__name__, __file__)\n")
     (root / "things.py").write_text("present = object()\n")
     monkeypatch.syspath_prepend(tmp_path)
     yield root / "__init__.pyi"
-    for name in [name for name in sys.modules if name.partition(".")[0] == "planted"]:
+    for name in [name for name in sys.modules if name.partition(".")[0] == "stub_plant"]:
         del sys.modules[name]
 
 
 def test_the_agreement_check_reports_a_stub_name_its_submodule_lacks(planted):
     planted.write_text("from .things import missing as missing\nfrom .things import present as present\n")
-    assert _disagreements("planted") == ["missing: planted.things has no such attribute"]
+    assert _disagreements("stub_plant") == ["missing: stub_plant.things has no such attribute"]
 
 
 def test_a_public_name_keeps_its_meaning_when_its_submodule_is_imported_before_it_is_used(planted):
     # The order that matters: once the name is cached on the package, a later submodule import is a no-op.
     (planted.parent / "present.py").write_text("def present():\n    pass\n")
     planted.write_text("from .present import present as present\n")
-    importlib.import_module("planted.present")  # as the registry does; binds the submodule on its package
-    package = sys.modules["planted"]
-    assert callable(package.present) and package.present.__module__ == "planted.present"
+    importlib.import_module("stub_plant.present")  # as the registry does; binds the submodule on its package
+    package = sys.modules["stub_plant"]
+    assert callable(package.present) and package.present.__module__ == "stub_plant.present"
 
 
 @pytest.mark.parametrize(("stub", "line", "error"), [
@@ -127,7 +127,7 @@ def test_a_public_name_keeps_its_meaning_when_its_submodule_is_imported_before_i
 def test_a_malformed_stub_is_a_value_error_naming_its_line(planted, stub, line, error):
     planted.write_text(stub)
     with pytest.raises(ValueError, match=rf"__init__\.pyi:{line}: {error}"):
-        importlib.import_module("planted")
+        importlib.import_module("stub_plant")
 
 
 def test_the_lazy_packages_and_their_torch_free_modules_import_no_torch():

@@ -185,8 +185,8 @@ def test_partitions_are_balanced_blocks_of_nearby_nodes():
 
 @pytest.mark.parametrize(("overrides", "message"), [
     (["task.level=graph"], r"task\.level: node\), got task\.level 'graph'"),
-    (["model.attention=full"], r"model\.attention .*must be one of \('kmip', 'none'\), got 'full'"),
-    (["model.attention=performer"], r"model\.attention .*got 'performer'"),
+    (["model.attention=full"], r"model\.attention\.kind .*must be one of \('kmip', 'none'\), got 'full'"),
+    (["model.attention=performer"], r"model\.attention\.kind .*got 'performer'"),
     (["model.local=gcn"], r"model\.local .*got 'gcn'"),
     (["model.kind=gcn"], r"GPS models \(model\.kind: gps\), got 'gcn'"),
     (["log_branches=true"], r"'log_branches' is not supported"),
