@@ -91,5 +91,5 @@ def test_options_a_loader_does_not_take_or_lacks_are_errors_naming_its_options()
 
 def test_a_level_the_dataset_does_not_serve_is_an_error_before_loading(calls):
     with pytest.raises(ValueError, match=r"dataset 'lrgb' serves task.level \('graph',\), got 'node'"):
-        load_raw(load_config(None, ["data.name=lrgb"]))
+        load_raw(load_config(None, ["data.name=lrgb", "task.level=node"]))
     assert calls == []

@@ -82,7 +82,7 @@ def test_the_config_key_adds_a_node_per_graph_after_z_scoring(monkeypatch):
             torch.testing.assert_close(marked.x[:n, :-1], original.x)  # z-scored without the hub
             assert marked.x[:, -1].tolist() == [0.0] * n + [1.0]
     with pytest.raises(ValueError, match=r"data\.virtual_node needs task\.level: graph"):
-        prepare_data(load_config(None, ["data.virtual_node=true"]))
+        prepare_data(load_config(None, ["data.virtual_node=true", "task.level=node"]))
 
 
 def test_a_graph_level_run_with_virtual_nodes_trains(tmp_path, monkeypatch):

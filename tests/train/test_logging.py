@@ -35,7 +35,9 @@ def _node_data(n=40) -> PreparedData:
     return PreparedData("node", graph, None, in_channels=4, edge_channels=0, out_channels=2, name="toy")
 
 
-# What building the run of _config logs.
+# What building the run of _config logs: the task read from its data, the model keys GCN does not read.
+TASK = ("task: node level, cross_entropy loss, roc_auc metric (read from the data: 2 classes; set "
+        "task.loss/metric to choose)")
 IGNORED = "model.kind=gcn ignores these model keys: attention.k"
 
 
@@ -65,15 +67,15 @@ def test_verbose_adds_a_line_per_epoch(tmp_path, capsys):
     configure_logging(logging.DEBUG)  # once more: still one handler, so one copy of each line
     _train(tmp_path, progress=False)
     lines = capsys.readouterr().err.strip().splitlines()
-    assert lines[0] == IGNORED
-    assert [line.split(":")[0] for line in lines[1:]] == ["epoch 1/3", "epoch 2/3", "epoch 3/3"]
-    assert all(" val " in line and " test " in line for line in lines[1:])
+    assert lines[:2] == [TASK, IGNORED]
+    assert [line.split(":")[0] for line in lines[2:]] == ["epoch 1/3", "epoch 2/3", "epoch 3/3"]
+    assert all(" val " in line and " test " in line for line in lines[2:])
 
 
 def test_info_shows_what_an_unconfigured_run_shows(tmp_path, capsys):
     configure_logging(logging.INFO)  # the CLI's default
     _train(tmp_path, progress=False)
-    assert capsys.readouterr().err.strip().splitlines() == [IGNORED]
+    assert capsys.readouterr().err.strip().splitlines() == [TASK, IGNORED]
 
 
 def _read_scalars(log_dir) -> dict[str, list[tuple[int, float]]]:

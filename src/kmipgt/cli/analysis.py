@@ -164,7 +164,7 @@ def _analysis_probe(args: argparse.Namespace) -> int:
     from kmipgt.train.datasets import prepare_data
     from kmipgt.train.graph_features import node_coords
 
-    if config.task.level != "node":
+    if config.task.level not in (None, "node"):
         raise ValueError(f"the probe needs a node-level task, got task.level={config.task.level!r}")
     graph = prepare_data(config).graph
     rows = neighbourhood_probe(

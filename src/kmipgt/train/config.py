@@ -26,6 +26,10 @@ class DataConfig:
     encodings and the z-scoring, so the original nodes' inputs are unchanged.
     ``split_seed`` (node level): redraw the dataset's train/val/test split with this seed, keeping each
     part's size (:func:`kmipgt.data.redraw_split_masks`); ``None`` (default): the dataset's own split.
+    ``split_index``: which split a graph holding several uses (its masks ``[N, S]``, one column a split, as
+    PyG's WebKB, WikipediaNetwork and Actor ship them): column ``split_index``. ``split_ratios``: the
+    train/val/test shares of a seeded split (seed ``split_seed``, else 0) drawn for data that has none: over
+    the labelled nodes of one graph without masks, or over a list of graphs.
     ``on_device`` (graph level): collate each split once into one batch on the run's device and cut every
     mini-batch from it there (:class:`kmipgt.train.resident.ResidentGraphs`) instead of collating each on
     the host and copying it: the same batches in the same order, for the memory of the whole dataset on
@@ -50,20 +54,25 @@ class DataConfig:
     test_edges: float = 0.1
     virtual_node: bool = False
     split_seed: int | None = None
+    split_index: int = 0
+    split_ratios: list[float] = field(default_factory=lambda: [0.8, 0.1, 0.1])
     on_device: bool | None = None
     pad_to: dict[str, Any] | str = field(default_factory=dict)
 
 
 @dataclass
 class TaskConfig:
-    """What is predicted and how it is scored.
+    """What is predicted and how it is scored; ``level``, ``loss`` and ``metric`` left out (``null``) are
+    read from the data (:mod:`kmipgt.train.task_inference`), and the run logs what it chose.
 
     ``level``: ``node`` (one graph with train/val/test masks, full batch; or, on a dataset of graph lists
     per split with a label per node, mini-batches of those graphs: inductive segmentation), ``graph``
     (many graphs, mini-batches) or ``edge`` (link prediction on one graph: held-out edges against sampled
     non-edges, full batch, fresh negatives every epoch; use ``loss: bce``).
-    ``loss``: ``cross_entropy``, ``bce`` (multi-label) or ``l1``. ``metric``:
-    ``accuracy``, ``macro_f1``, ``miou`` (mean IoU over classes), ``ap``, ``roc_auc``, ``mae``, or on a set
+    ``loss``: ``cross_entropy``, ``bce`` (binary or multi-label) or ``l1``. ``metric``:
+    ``accuracy``, ``macro_f1``, ``miou`` (mean IoU over classes), ``ap``, ``roc_auc`` (of a cross-entropy
+    model: its positive class's probability for two classes, each class against the rest for more),
+    ``mae``, or on a set
     of shapes with categories ``instance_miou`` / ``class_miou`` (ShapeNet-Part's per-shape IoU over the
     shape's category's parts, averaged over shapes / over categories); the best
     checkpoint is chosen on it. ``report``: further metrics of the same names that ``metrics.json`` gives
@@ -74,9 +83,9 @@ class TaskConfig:
     predicts a label it is shown; evaluation shows every training label. 0 (default): off.
     """
 
-    level: str = "node"
-    loss: str = "cross_entropy"
-    metric: str = "accuracy"
+    level: str | None = None
+    loss: str | None = None
+    metric: str | None = None
     report: list[str] = field(default_factory=list)
     label_inputs: float = 0.0
 

@@ -8,13 +8,17 @@ streams its splits is prepared as it is read (:mod:`kmipgt.train.streamed_splits
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import copy
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
+from itertools import islice
 from typing import Any
 
 import torch
 from torch_geometric.data import Data
+from torch_geometric.data import Dataset as PyGDataset
 from torch_geometric.transforms import RandomLinkSplit
 from torch_geometric.utils import is_undirected
 
@@ -23,7 +27,7 @@ from kmipgt.data.graph_checks import class_count
 from kmipgt.data.registry import NUMERIC_FEATURES, CategoricalFeatures
 from kmipgt.data.streamed import StreamedGraphs
 from kmipgt.train.categories import check_categories, feature_categories, model_categories
-from kmipgt.train.config import Config
+from kmipgt.train.config import Config, TaskConfig
 from kmipgt.train.graph_features import (
     add_encodings,
     add_set_encodings,
@@ -31,9 +35,9 @@ from kmipgt.train.graph_features import (
     prepare_graph,
     standardise_features,
 )
+from kmipgt.train.raw_forms import SPLITS, as_raw, labelled, node_split_masks, source_name
 from kmipgt.train.streamed_splits import streamed_level
-
-SPLITS = ("train", "val", "test")
+from kmipgt.train.task_inference import resolve_task
 
 
 @dataclass
@@ -63,15 +67,38 @@ class PreparedData:
     name: str
     node_categories: tuple[int, ...] = ()
     edge_categories: tuple[int, ...] = ()
+    task: TaskConfig | None = None
+
+
+def _check_level(config: Config, level: str | None) -> None:
+    dataset = get_dataset(config.data.name)
+    if level is not None and level not in dataset.levels:
+        raise ValueError(f"dataset {dataset.name!r} serves task.level {dataset.levels}, got {level!r}")
+
+
+def _check_level_options(config: Config, level: str) -> None:
+    """ValueError where a data or task option needs another task level than ``level``."""
+    if level != "node" and config.task.label_inputs > 0:
+        raise ValueError("task.label_inputs needs task.level: node")
+    if level != "node" and config.data.split_seed is not None:
+        raise ValueError(f"data.split_seed needs task.level: node, got {level!r}")
+    if level != "graph" and config.data.virtual_node:
+        raise ValueError(f"data.virtual_node needs task.level: graph, got {level!r}")
 
 
 def load_raw(config: Config):
     """Load the dataset registered as ``config.data.name`` with ``config.data.options``."""
-    dataset = get_dataset(config.data.name)
-    if config.task.level not in dataset.levels:  # checked before a load that may take minutes
-        raise ValueError(f"dataset {dataset.name!r} serves task.level {dataset.levels}, "
-                         f"got {config.task.level!r}")
-    return dataset.load(**config.data.options)
+    _check_level(config, config.task.level)  # before a load that may take minutes
+    return get_dataset(config.data.name).load(**config.data.options)
+
+
+def _training_labels(raw: Data | Mapping[str, Sequence[Data]], level: str) -> torch.Tensor:
+    """The labels the task is read from: a graph's labelled nodes, or the first training graphs'."""
+    if isinstance(raw, Data):
+        if raw.get("y") is None:
+            raise ValueError("the graph has no labels y to read the task from")
+        return raw.y[labelled(raw.y)]
+    return torch.cat([graph.y for graph in islice(raw["train"], 1000)])
 
 
 def _link_splits(graph: Data, config: Config) -> dict[str, list[Data]]:
@@ -122,13 +149,11 @@ def _single_graph(raw, level: str) -> Data:
     return raw
 
 
-def _node_level(raw, config: Config) -> tuple[Data, Data, torch.Tensor]:
-    raw = _single_graph(raw, "node")
+def _node_level(raw, config: Config, training: bool = True) -> tuple[Data, Data, torch.Tensor]:
+    raw = copy.copy(_single_graph(raw, "node"))
     if raw.num_nodes == 0:
-        raise ValueError(f"dataset {config.data.name!r}: the graph has no nodes")
-    for mask in ("train_mask", "val_mask", "test_mask"):
-        if getattr(raw, mask, None) is None:
-            raise ValueError(f"task.level 'node' needs {mask} on the graph")
+        raise ValueError(f"{source_name(config)}: the graph has no nodes")
+    raw.train_mask, raw.val_mask, raw.test_mask = node_split_masks(raw, config, training)
     graph = prepare_graph(raw, config)
     if config.data.split_seed is not None:
         graph.train_mask, graph.val_mask, graph.test_mask = redraw_split_masks(
@@ -143,7 +168,7 @@ def _node_level(raw, config: Config) -> tuple[Data, Data, torch.Tensor]:
         # meaning; evaluation shows every training label, training hides part of them (Trainer).
         num_classes = _out_channels(graph.y, "cross_entropy", config.data.name)
         graph.x = torch.cat([graph.x, label_columns(graph.y, graph.train_mask, num_classes)], 1)
-    return graph, graph, graph.y
+    return graph, graph, graph.y[labelled(graph.y)]
 
 
 def _graph_level(
@@ -191,6 +216,14 @@ def _edge_level(raw, config: Config) -> tuple[dict[str, list[Data]], Data, torch
     return splits, splits["train"][0], splits["train"][0].edge_label
 
 
+def prepared_task(config: Config, data: PreparedData) -> TaskConfig:
+    """``config.task`` with what it leaves open read from ``data`` (prepared already, at its level)."""
+    if data.task is not None:
+        return data.task
+    task = dataclasses.replace(config.task, level=config.task.level or data.level)
+    return resolve_task(task, data.graph or data.splits, partial(_training_labels, data.graph or data.splits))
+
+
 def prepare_set_graph(graph: Data, config: Config, training: Sequence[Data] | None = None) -> Data:
     """One more graph of ``config``'s set of graphs, prepared as :func:`prepare_data` prepares the set's:
     features, encodings, features z-scored with the statistics of ``training`` (the set's raw training
@@ -208,28 +241,37 @@ def prepare_set_graph(graph: Data, config: Config, training: Sequence[Data] | No
     return add_virtual_node(prepared) if config.data.virtual_node else prepared
 
 
-def prepare_data(config: Config, raw: Any = None) -> PreparedData:
-    """Load and prepare the dataset named in ``config.data`` for ``config.task.level``.
+def prepare_data(config: Config, raw: Any = None, training: bool = True) -> PreparedData:
+    """Load and prepare the dataset named in ``config.data`` for its task, the task's open keys read from the
+    data (:func:`~kmipgt.train.task_inference.resolve_task`; the result's ``task``).
 
-    ``raw``: a dataset as its loader returns it (one graph, or graph lists per split) to prepare instead of
-    loading ``config.data``'s (e.g. :func:`kmipgt.train.stand_in.stand_in_data`). Which features are
-    category ids is the registry entry's word (:meth:`kmipgt.data.registry.Dataset.categorical_features`).
+    ``raw``: data to prepare instead of loading ``config.data``'s: one graph, graph lists per split, a list
+    of graphs (split by ``data.split_ratios``) or a PyG ``Dataset`` (:func:`~kmipgt.train.raw_forms.as_raw`).
+    Which features are category ids is the registry entry's word
+    (:meth:`kmipgt.data.registry.Dataset.categorical_features`). ``training=False``: a graph's split masks
+    are read as they are, not checked for training (predictions on a graph without labels).
     """
-    level = config.task.level
-    if level != "node" and config.task.label_inputs > 0:
-        raise ValueError("task.label_inputs needs task.level: node")
-    if level != "node" and config.data.split_seed is not None:
-        raise ValueError(f"data.split_seed needs task.level: node, got {level!r}")
-    if level != "graph" and config.data.virtual_node:
-        raise ValueError(f"data.virtual_node needs task.level: graph, got {level!r}")
-    if raw is None:
+    loaded = raw is None
+    if config.task.level is not None:  # what the config says, checked before a load that may take minutes
+        _check_level_options(config, config.task.level)
+    if loaded:
         raw = load_raw(config)
+    listed = isinstance(raw, (list, tuple, PyGDataset))
+    raw = as_raw(raw, config)
+    if listed and not isinstance(raw, Data):  # data.split_seed drew the split of the list
+        config = dataclasses.replace(config, data=dataclasses.replace(config.data, split_seed=None))
+    task = resolve_task(config.task, raw, partial(_training_labels, raw))
+    if loaded and config.task.level is None:  # load_raw checked a level the config gave
+        _check_level(config, task.level)
+    config = dataclasses.replace(config, task=task)
+    level = task.level
+    _check_level_options(config, level)
     categories = feature_categories(config)
     graph, splits = None, None
     if level == "node" and isinstance(raw, dict):
         splits, first, targets = _inductive_node_level(raw, config)
     elif level == "node":
-        graph, first, targets = _node_level(raw, config)
+        graph, first, targets = _node_level(raw, config, training)
     elif level == "graph":
         splits, first, targets = _graph_level(raw, config, categories)
     elif level == "edge":
@@ -247,4 +289,5 @@ def prepare_data(config: Config, raw: Any = None) -> PreparedData:
         name=config.data.name,
         node_categories=embedded.node,
         edge_categories=embedded.edge,
+        task=task,
     )

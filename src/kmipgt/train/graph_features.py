@@ -12,6 +12,7 @@ from kmipgt.data import LaplacianPE
 from kmipgt.data.positional_encodings import random_walk_se_of_graphs
 from kmipgt.data.registry import NUMERIC_FEATURES, CategoricalFeatures
 from kmipgt.train.config import Config
+from kmipgt.train.raw_forms import source_name
 
 __all__ = [
     "add_encodings",
@@ -51,16 +52,28 @@ def prepare_graph(
     ``pos`` and ``category`` where present; with the configured encodings unless ``encodings`` is False.
     ValueError where the graph has no node features."""
     if getattr(graph, "x", None) is None:
-        raise ValueError(f"dataset {config.data.name!r} has graphs without node features x")
+        raise ValueError(f"{source_name(config)} has graphs without node features x")
     out = Data(x=graph.x if categories.node else graph.x.float(), edge_index=graph.edge_index, y=graph.y)
     edge_attr = _edge_features(graph, bool(categories.edge))
     if edge_attr is not None:
         out.edge_attr = edge_attr
+    for key in ("x", "edge_attr"):
+        _check_finite(out.get(key), key, config)
     # pos: node coordinates, kept for pictures (explain plots); the model reads coordinates from x.
-    for key in ("train_mask", "val_mask", "test_mask", "edge_label_index", "edge_label", "pos", "category"):
+    # node_ids: the source's own names of the nodes, which predictions write.
+    for key in ("train_mask", "val_mask", "test_mask", "edge_label_index", "edge_label", "pos", "category",
+                "node_ids"):
         if getattr(graph, key, None) is not None:
             out[key] = graph[key]
     return add_encodings(out, config) if encodings else out
+
+
+def _check_finite(values: torch.Tensor | None, key: str, config: Config) -> None:
+    """ValueError naming the source and ``key`` where its numbers hold NaN or an infinity."""
+    if values is not None and values.is_floating_point() and not bool(values.isfinite().all()):
+        bad = ~values.isfinite()
+        rows = int((bad.any(-1) if bad.dim() > 1 else bad).sum())
+        raise ValueError(f"{source_name(config)}: {key} holds NaN or infinite values in {rows} rows")
 
 
 def add_encodings(graph: Data, config: Config) -> Data:

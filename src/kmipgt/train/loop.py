@@ -73,14 +73,19 @@ class Trainer(Stepper):
 
     Each epoch is :class:`~kmipgt.train.stepper.Stepper`'s steps (under ``distributed.strategy`` ``ddp`` or
     ``graph``, every rank's share of them); only rank 0 writes the run directory.
+
+    ``data``: None (``config.data``'s dataset), data prepared already, or data of one's own to prepare as
+    the dataset would be: a ``Data``, a list of them or a PyG ``Dataset``
+    (:func:`~kmipgt.train.datasets.prepare_data`). What ``config.task`` leaves open is read from the data,
+    and ``config`` (what the run saves) is the resolved one.
     """
 
-    def __init__(self, config: Config, data: PreparedData | None = None):
+    def __init__(self, config: Config, data: PreparedData | Any = None):
         super().__init__(config, data)
         self.run_dir = Path(config.out_dir)
         self.writes_files = self.ranks is None or self.ranks.main
         self.state = _State()
-        self.higher_is_better = higher_is_better(config.task.metric)
+        self.higher_is_better = higher_is_better(self.config.task.metric)
 
     def _is_better(self, value: float) -> bool:
         best = self.state.best_value

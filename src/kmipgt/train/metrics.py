@@ -4,6 +4,7 @@ error."""
 from __future__ import annotations
 
 import numpy as np
+import torch
 from sklearn.metrics import average_precision_score, f1_score, roc_auc_score
 from torch import Tensor
 
@@ -12,7 +13,10 @@ from kmipgt.train.segmentation_metrics import mean_iou
 
 
 def accuracy(logits: Tensor, target: Tensor) -> float:
-    """Share of rows whose arg-max class equals ``target``; ``logits [N, C]``, ``target [N]``."""
+    """Share of rows whose arg-max class equals ``target`` (``logits [N, C]``, ``target [N]``); for binary
+    targets of ``logits``' shape (``bce``), the share of entries whose sign says their target."""
+    if target.shape == logits.shape:
+        return ((logits > 0) == (target > 0.5)).float().mean().item()
     return (logits.argmax(-1) == target).float().mean().item()
 
 
@@ -27,8 +31,21 @@ def miou(logits: Tensor, target: Tensor) -> float:
     return mean_iou(logits.argmax(-1), target, logits.size(-1))
 
 
+def _binary_columns(logits: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
+    """Scores and 0/1 labels as columns of one binary target each: ``bce`` outputs and their targets as
+    they are; a cross-entropy model's ``[N, C]`` logits and ``[N]`` class ids as its positive class's
+    probability (two classes) or each class against the rest (one column per class)."""
+    if target.shape == logits.shape or logits.dim() == 1:
+        return logits, target
+    probabilities = logits.float().softmax(-1)
+    if probabilities.size(-1) == 2:
+        return probabilities[:, 1], target
+    return probabilities, torch.nn.functional.one_hot(target.long(), probabilities.size(-1))
+
+
 def _mean_over_labels(score, logits: Tensor, target: Tensor, name: str) -> float:
-    """``score(labels, scores)`` per label column that has both classes, averaged."""
+    """``score(labels, scores)`` per binary target column that has both classes, averaged."""
+    logits, target = _binary_columns(logits, target)
     scores, labels = logits.float().cpu().numpy(), target.cpu().numpy()
     if scores.ndim == 1:
         scores, labels = scores[:, None], labels[:, None]
@@ -45,7 +62,8 @@ def _mean_over_labels(score, logits: Tensor, target: Tensor, name: str) -> float
 def average_precision(logits: Tensor, target: Tensor) -> float:
     """Multi-label AP averaged over labels that have a positive (LRGB's Peptides-func metric).
 
-    ``logits [N, L]`` (or ``[N]``) scores, ``target`` of the same shape in {0, 1}.
+    ``logits [N, L]`` (or ``[N]``) scores, ``target`` of the same shape in {0, 1}; or a cross-entropy
+    model's ``[N, C]`` logits and ``[N]`` class ids (:func:`_binary_columns`).
     """
     return _mean_over_labels(average_precision_score, logits, target, "average precision")
 

@@ -42,6 +42,7 @@ from kmipgt.train.config import Config, DistributedConfig
 from kmipgt.train.datasets import SPLITS, PreparedData, load_raw, prepare_data, prepare_set_graph
 from kmipgt.train.models import build_model
 from kmipgt.train.prediction_files import check_output, collect, write_rows
+from kmipgt.train.raw_forms import as_raw
 from kmipgt.train.run import read_run
 from kmipgt.train.runtime import compile_failure_hint, resolve_device, seed_everything
 from kmipgt.train.validation import validate_config
@@ -98,15 +99,16 @@ def _overrides(keys: Mapping[str, Any], prefix: str) -> list[str]:
 def _prepared(config: Config, data: Data | str | Path | None) -> tuple[PreparedData, str]:
     """The data to predict on, prepared as training prepared the run's, and how messages name them."""
     level = config.task.level
-    one_graph = level == "edge" or get_dataset(config.data.name).levels == ONE_GRAPH
     if data is None:
-        raw = load_raw(config)
-        prepared = prepare_data(config, _stand_in(raw, level) if one_graph else raw)
-        return prepared, f"dataset {config.data.name!r}"
+        raw = as_raw(load_raw(config), config)
+        graph = _stand_in(raw, level) if isinstance(raw, Data) else raw
+        return prepare_data(config, graph, training=False), f"dataset {config.data.name!r}"
     what = "the graph" if isinstance(data, Data) else str(data)
     graph = data if isinstance(data, Data) else load_graph(data)
+    one_graph = level == "edge" or get_dataset(config.data.name).levels == ONE_GRAPH or (
+        level == "node" and isinstance(as_raw(load_raw(config), config), Data))
     if one_graph:
-        return prepare_data(config, _stand_in(graph, level)), what
+        return prepare_data(config, _stand_in(graph, level), training=False), what
     training = load_raw(config)["train"] if config.data.normalize_features else None
     prepared = prepare_set_graph(graph, config, training)
     edges = prepared.get("edge_attr")

@@ -8,6 +8,9 @@ compile``, ``bench memory``) and the fast dev run step a trainer without running
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch_geometric.data import Data
@@ -22,7 +25,7 @@ from kmipgt.train.batches import forward
 from kmipgt.train.branches import BranchMonitor
 from kmipgt.train.compiled import CompiledModel
 from kmipgt.train.config import Config
-from kmipgt.train.datasets import PreparedData, prepare_data
+from kmipgt.train.datasets import PreparedData, prepare_data, prepared_task
 from kmipgt.train.losses import compute_loss
 from kmipgt.train.models import build_model
 from kmipgt.train.partitioned import PartitionedNodeTask, partition_graph, rank_share
@@ -42,7 +45,7 @@ class Stepper:
     are those of the whole batch, graph and split.
     """
 
-    def __init__(self, config: Config, data: PreparedData | None = None):
+    def __init__(self, config: Config, data: PreparedData | Any = None):
         self.config = config
         strategy = config.distributed.strategy
         self.ranks = current_ranks() if strategy != "none" else None
@@ -54,7 +57,9 @@ class Stepper:
                 raise ValueError(f"threads must be a positive int or null, got {config.threads}")
             torch.set_num_threads(capped_at_cpus(config.threads, "threads"))
         seed_everything(config.seed)
-        self.data = data if data is not None else prepare_data(config)
+        self.data = data if isinstance(data, PreparedData) else prepare_data(config, data)
+        # What the config left open, read from the data.
+        config = self.config = dataclasses.replace(config, task=prepared_task(config, self.data))
         seed_everything(config.seed)
         self.model = build_model(config, self.data).to(self.device)
         # Padded batches (data.pad_to) all have one shape: compiled for it, with no symbolic size.

@@ -33,12 +33,12 @@ from kmipgt.nn.choices import (
     TASKS,
 )
 from kmipgt.nn.local_kinds import LOCAL_KINDS
-from kmipgt.train.choices import LOSSES, METRICS, MODEL_KINDS, PRECISIONS
-from kmipgt.train.config import Config
+from kmipgt.train.choices import LOSS_METRICS, LOSSES, METRICS, MODEL_KINDS, PRECISIONS
+from kmipgt.train.config import Config, TaskConfig
 from kmipgt.train.pad_budget import PadBudget
 from kmipgt.train.tensorboard import require_tensorboard
 
-__all__ = ["validate_config"]
+__all__ = ["check_loss_metrics", "validate_config"]
 
 
 def _at_least(name: str, value: float | None, low: float, *, optional: bool = False) -> None:
@@ -66,6 +66,11 @@ def _check_data(config: Config) -> None:
     for key in ("lappe_dim", "rwse_dim"):
         _at_least(f"data.{key}", getattr(d, key), 0)
     _at_least("data.batch_size", d.batch_size, 1)
+    _at_least("data.split_index", d.split_index, 0)
+    shares = d.split_ratios
+    if len(shares) != 3 or min(shares) < 0 or shares[0] <= 0 or abs(sum(shares) - 1) > 1e-6:
+        raise ValueError("config key 'data.split_ratios' must be three shares [train, val, test] >= 0 that "
+                         f"sum to 1, with some to train, got {shares}")
     _fraction("data.val_edges", d.val_edges, closed=False)
     _fraction("data.test_edges", d.test_edges, closed=False)
     if d.val_edges + d.test_edges >= 1:
@@ -112,6 +117,30 @@ def _check_attention(config: Config) -> None:
         raise ValueError(
             "config key 'model.attention.options' must not set 'k'; set 'model.attention.k' instead"
         )
+
+
+def check_loss_metrics(task: TaskConfig) -> None:
+    """ValueError unless the metric and every reported metric score the loss's outputs."""
+    if task.loss is None:
+        return
+    allowed = LOSS_METRICS[task.loss]
+    for name in (task.metric, *task.report):
+        if name is not None and name not in allowed:
+            raise ValueError(
+                f"config key 'task.metric' {name!r} does not score task.loss {task.loss!r}; its metrics: "
+                f"{', '.join(allowed)}"
+            )
+
+
+def _check_task(config: Config) -> None:
+    """The task's names, each unless left to the data (null), and whether its metrics score its loss."""
+    t = config.task
+    for key, allowed in (("level", TASKS), ("loss", LOSSES), ("metric", METRICS)):
+        if getattr(t, key) is not None:
+            _one_of(f"task.{key}", getattr(t, key), allowed)
+    for name in t.report:
+        _one_of("task.report", name, METRICS)
+    check_loss_metrics(t)
 
 
 def _check_optim(config: Config) -> None:
@@ -213,11 +242,7 @@ def validate_config(config: Config) -> None:
     Cheap: imports no torch (unless ``device`` names an unusual device), reads no data, writes nothing.
     """
     _check_data(config)
-    _one_of("task.level", config.task.level, TASKS)
-    _one_of("task.loss", config.task.loss, LOSSES)
-    _one_of("task.metric", config.task.metric, METRICS)
-    for name in config.task.report:
-        _one_of("task.report", name, METRICS)
+    _check_task(config)
     _fraction("task.label_inputs", config.task.label_inputs, closed=False)
     _check_model(config)
     _check_optim(config)

@@ -3,11 +3,13 @@ level-bound data options (``data.on_device``, ``data.pad_to``) and shape metrics
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from kmipgt.distributed.launch import Ranks
 from kmipgt.train.config import Config
-from kmipgt.train.datasets import PreparedData
+from kmipgt.train.datasets import PreparedData, prepared_task
 from kmipgt.train.segmentation_metrics import SHAPE_METRICS
 from kmipgt.train.tasks.base import Task
 from kmipgt.train.tasks.graph import GraphTask
@@ -27,6 +29,7 @@ def make_task(
     """The task of ``data.level`` over ``data``, drawing its randomness from ``generator`` (on ``ranks``)."""
     if data.level not in TASK_CLASSES:
         raise ValueError(f"task level must be one of {tuple(TASK_CLASSES)}, got {data.level!r}")
+    config = dataclasses.replace(config, task=prepared_task(config, data))
     if config.data.on_device and data.level != "graph":
         raise ValueError(
             f"data.on_device needs a graph-level task (task.level: graph), got task.level {data.level!r}"
