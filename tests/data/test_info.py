@@ -7,6 +7,7 @@ from collections import Counter
 import pytest
 import torch
 import yaml
+from torch_geometric.data import Data
 
 from kmipgt.cli import main
 from kmipgt.data import DATASETS, get_dataset
@@ -30,6 +31,15 @@ def _s3dis(root):
     return {"root": str(root), "k": 4, "val_blocks": 1}
 
 
+def _file(root):
+    """A split dict of three graphs saved with torch.save, as a user's own set of graphs."""
+    root.mkdir(parents=True)
+    graphs = [Data(x=torch.rand(n, 2), edge_index=torch.tensor([[0, 1], [1, 2]]), y=torch.arange(n) % 3)
+              for n in (3, 5, 4)]
+    torch.save({"train": graphs[:2], "val": graphs[2:], "test": graphs[2:]}, root / "graphs.pt")
+    return {"path": str(root / "graphs.pt")}
+
+
 # Every registered set of graphs -> its loader options here (a tiny generated set or a planted local copy).
 SETS = {
     "lrgb": _lrgb,
@@ -37,6 +47,7 @@ SETS = {
     "synthetic_rooms": lambda root: {"rooms_per_area": 1, "num_points": 64, "k": 4, "val_blocks": 2},
     "shapenet_part": _shapenet_part,
     "s3dis": _s3dis,
+    "file": _file,
 }
 
 

@@ -37,5 +37,6 @@ from .synthetic_city import synthetic_city as synthetic_city
 from .synthetic_parts import SYNTHETIC_PART_CATEGORIES as SYNTHETIC_PART_CATEGORIES
 from .synthetic_parts import synthetic_parts as synthetic_parts
 from .synthetic_rooms import synthetic_rooms as synthetic_rooms
+from .user_files import load_file as load_file
 from .virtual_node import add_virtual_node as add_virtual_node
 from .virtual_node import virtual_node_mask as virtual_node_mask

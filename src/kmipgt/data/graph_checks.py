@@ -13,8 +13,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["MAX_CLASSES", "check_category_ids", "check_class_labels", "check_edge_index", "check_graph_edges",
-           "check_node_rows", "class_count"]
+__all__ = ["MAX_CLASSES", "check_category_ids", "check_class_labels", "check_edge_index", "check_finite",
+           "check_graph_edges", "check_node_rows", "check_split_masks", "class_count"]
 
 # More classes than any node or graph classification benchmark has; a label beyond it is a corrupt file.
 MAX_CLASSES = 65_536
@@ -34,6 +34,36 @@ def check_node_rows(x: Any, name: str) -> Tensor:
     if x.size(0) == 0:
         raise ValueError(f"{name} has no rows: the graph has no nodes")
     return x
+
+
+def check_finite(values: Tensor, name: str) -> Tensor:
+    """``values`` when no entry is NaN or infinite (integer tensors always pass); the message names the first
+    row holding one."""
+    if values.is_floating_point():
+        bad = ~torch.isfinite(values)
+        if bool(bad.any()):
+            row = int(bad.reshape(values.size(0), -1).any(1).nonzero()[0])
+            raise ValueError(f"{name} holds NaN or infinite values (row {row}): they must be finite numbers")
+    return values
+
+
+def check_split_masks(masks: dict[str, Any], num_nodes: int, name: str) -> None:
+    """ValueError unless the masks (``{"train_mask": ..., ...}``, each absent or None allowed) are boolean
+    tensors of one shape, ``[N]`` or ``[N, S]`` (S splits side by side), that no node is in twice."""
+    given = {key: _tensor(mask, f"{name}: {key}") for key, mask in masks.items() if mask is not None}
+    for key, mask in given.items():
+        if mask.dtype != torch.bool or mask.dim() not in (1, 2) or mask.size(0) != num_nodes:
+            raise ValueError(f"{name}: {key} must be a boolean tensor of shape [{num_nodes}] or "
+                             f"[{num_nodes}, S] (one row per node), got {mask.dtype} {list(mask.shape)}")
+    keys = list(given)
+    for first, second in ((a, b) for index, a in enumerate(keys) for b in keys[index + 1:]):
+        if given[first].shape != given[second].shape:
+            raise ValueError(f"{name}: {first} and {second} must have one shape, got "
+                             f"{list(given[first].shape)} and {list(given[second].shape)}")
+        both = given[first] & given[second]
+        if bool(both.any()):
+            node = int(both.reshape(num_nodes, -1).any(1).nonzero()[0])
+            raise ValueError(f"{name}: node {node} is in both {first} and {second}: a node is in one split")
 
 
 def check_edge_index(edge_index: Any, num_nodes: int, name: str) -> Tensor:

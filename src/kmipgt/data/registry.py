@@ -96,6 +96,8 @@ DATASETS: dict[str, Dataset] = {dataset.name: dataset for dataset in (
             "local ShapeNet-Part copy at root ('normal' release)"),
     Dataset("s3dis", "kmipgt.data.s3dis:s3dis", ("node",),
             "local S3DIS copy at root (PointNet's hdf5 blocks)", extra="s3dis"),
+    Dataset("file", "kmipgt.data.user_files:load_file", ("node", "edge", "graph"),
+            "your own graph at path: a torch.save'd Data, list or train/val/test dict, or edge/node tables"),
 )}
 
 

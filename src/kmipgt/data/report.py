@@ -32,8 +32,13 @@ def graph_summary(data: Data) -> dict[str, object]:
         + [round(float((degrees >= 5).float().mean()), 3)],
     }
     if "y" in data:
-        summary["classes"] = int(data.y.max()) + 1
-        summary["class_sizes"] = torch.bincount(data.y).tolist()
+        # A user's graph may leave nodes unlabelled (class id -1, target NaN): they are counted apart.
+        given = ~data.y.isnan() if data.y.is_floating_point() else data.y >= 0
+        given = given.reshape(given.size(0), -1).all(1)
+        if not bool(given.all()):
+            summary["unlabelled_nodes"] = int((~given).sum())
+        if bool(given.any()):
+            summary.update(_label_distribution(data.y[given]))
     for mask in ("train_mask", "val_mask", "test_mask"):
         if mask in data:
             summary[mask] = int(data[mask].sum())
