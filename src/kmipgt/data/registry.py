@@ -96,6 +96,12 @@ DATASETS: dict[str, Dataset] = {dataset.name: dataset for dataset in (
             "local ShapeNet-Part copy at root ('normal' release)"),
     Dataset("s3dis", "kmipgt.data.s3dis:s3dis", ("node",),
             "local S3DIS copy at root (PointNet's hdf5 blocks)", extra="s3dis"),
+    Dataset("pyg", "kmipgt.data.pyg_datasets:pyg_dataset", ("node", "edge", "graph"),
+            "any dataset class of torch_geometric.datasets at root; class: WebKB, TUDataset, ..."),
+    Dataset("ogb", "kmipgt.data.ogb_datasets:ogb_dataset", ("node", "graph"),
+            "local OGB copy at root; name: ogbn-arxiv, ogbg-molhiv, ... (node and graph property)",
+            extra="ogb",
+            categories="kmipgt.data.ogb_datasets:ogb_categories"),
 )}
 
 
