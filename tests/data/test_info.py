@@ -14,11 +14,21 @@ from kmipgt.data import DATASETS, get_dataset
 from kmipgt.data.registry import ONE_GRAPH
 from lrgb_copies import write_raw_peptides
 from point_cloud_copies import write_s3dis, write_shapenet_part
+from pyg_copies import write_ogbg_molhiv
 
 
 def _lrgb(root):
     write_raw_peptides(root, {"train": [5, 9, 4, 7], "val": [6, 8], "test": [3]})
     return {"root": str(root), "name": "Peptides-func"}
+
+
+def _pyg(root):
+    return {"class": "LRGBDataset", **_lrgb(root)}  # PyG's class reading the same copy
+
+
+def _ogb(root):
+    write_ogbg_molhiv(root)
+    return {"root": str(root), "name": "ogbg-molhiv"}
 
 
 def _shapenet_part(root):
@@ -48,7 +58,10 @@ SETS = {
     "shapenet_part": _shapenet_part,
     "s3dis": _s3dis,
     "file": _file,
+    "pyg": _pyg,
+    "ogb": _ogb,
 }
+NEEDS = {"s3dis": "h5py", "ogb": "ogb"}
 
 
 def test_every_registered_set_of_graphs_is_covered():
@@ -66,7 +79,7 @@ def _min_median_max(values):
 
 
 @pytest.mark.parametrize("name", [
-    name if name != "s3dis" else pytest.param(name, marks=pytest.mark.requires("h5py")) for name in SETS
+    pytest.param(name, marks=pytest.mark.requires(NEEDS[name])) if name in NEEDS else name for name in SETS
 ])
 def test_data_info_summarises_a_set_of_graphs(name, tmp_path, capsys):
     options = SETS[name](tmp_path / "copy")
@@ -83,13 +96,14 @@ def test_data_info_summarises_a_set_of_graphs(name, tmp_path, capsys):
     first = graphs[0]
     assert printed["x_shape"] == f"[nodes, {first.x.size(1)}] {str(first.x.dtype)[6:]}"
     labels = torch.cat([graph.y.view(-1) for graph in graphs])
-    if name == "lrgb":  # ten binary targets per molecule
+    if name in ("lrgb", "pyg"):  # ten binary targets per molecule
         assert printed["y_shape"] == "[1, 10] float32"
         assert printed["edge_attr_shape"] == "[edges, 3] int64"
         shares = torch.stack([graph.y.view(-1) for graph in graphs]).mean(0)
         assert printed["label_positive_shares"] == pytest.approx(shares.tolist(), abs=1e-4)
-    else:  # a class per point
-        assert printed["y_shape"].startswith("[nodes]")
+    else:  # a class per point, or per molecule (ogbg-molhiv)
+        expected = "[1, 1] int64" if name == "ogb" else "[nodes]"
+        assert printed["y_shape"].startswith(expected)
         counts = Counter(labels.tolist())
         assert printed["class_sizes"] == [counts.get(c, 0) for c in range(max(counts) + 1)]
     assert printed["read_seconds"] >= 0

@@ -43,7 +43,7 @@ def calls(monkeypatch):
 def test_registry_lists_every_dataset():
     names = [
         "minnesota", "helsinki", "synthetic_city", "city_networks", "digits_knn", "lrgb", "synthetic_parts",
-        "synthetic_rooms", "shapenet_part", "s3dis", "file",
+        "synthetic_rooms", "shapenet_part", "s3dis", "file", "pyg", "ogb",
     ]
     assert list_datasets() == names
     assert get_dataset("helsinki").extra == "helsinki" and get_dataset("lrgb").levels == ("graph",)

@@ -14,11 +14,14 @@ from .lrgb import lrgb_dataset as lrgb_dataset
 from .lrgb import lrgb_splits as lrgb_splits
 from .minnesota import MINNESOTA_FEATURES as MINNESOTA_FEATURES
 from .minnesota import minnesota as minnesota
+from .ogb_datasets import ogb_dataset as ogb_dataset
+from .ogb_datasets import ogb_evaluator_metric as ogb_evaluator_metric
 from .point_cloud import digits_knn as digits_knn
 from .point_cloud import knn_graph as knn_graph
 from .point_cloud import knn_graph_dataset as knn_graph_dataset
 from .positional_encodings import LaplacianPE as LaplacianPE
 from .positional_encodings import RandomWalkSE as RandomWalkSE
+from .pyg_datasets import pyg_dataset as pyg_dataset
 from .registry import DATASETS as DATASETS
 from .registry import CategoricalFeatures as CategoricalFeatures
 from .registry import Dataset as Dataset

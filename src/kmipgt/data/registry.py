@@ -98,6 +98,12 @@ DATASETS: dict[str, Dataset] = {dataset.name: dataset for dataset in (
             "local S3DIS copy at root (PointNet's hdf5 blocks)", extra="s3dis"),
     Dataset("file", "kmipgt.data.user_files:load_file", ("node", "edge", "graph"),
             "your own graph at path: a torch.save'd Data, list or train/val/test dict, or edge/node tables"),
+    Dataset("pyg", "kmipgt.data.pyg_datasets:pyg_dataset", ("node", "edge", "graph"),
+            "any dataset class of torch_geometric.datasets at root; class: WebKB, TUDataset, ..."),
+    Dataset("ogb", "kmipgt.data.ogb_datasets:ogb_dataset", ("node", "graph"),
+            "local OGB copy at root; name: ogbn-arxiv, ogbg-molhiv, ... (node and graph property)",
+            extra="ogb",
+            categories="kmipgt.data.ogb_datasets:ogb_categories"),
 )}
 
 
