@@ -31,7 +31,17 @@ def _configs(args: argparse.Namespace) -> int:
         print(f"{chr(10) if number else ''}{title}:")
         for name in names:
             print(f"  {name:<{width}}  {first_comment(name)}".rstrip())
+    _installed_datasets()
     return 0
+
+
+def _installed_datasets() -> None:
+    """The datasets installed packages add (entry point group kmipgt.datasets), where there are any."""
+    from kmipgt.data import DATASETS, list_datasets
+
+    added = [name for name in list_datasets() if name not in DATASETS]
+    if added:
+        print(f"\ndatasets of installed packages (data.name): {', '.join(added)}")
 
 
 def register(commands: argparse._SubParsersAction) -> None:

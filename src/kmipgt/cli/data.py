@@ -18,11 +18,11 @@ def _loader_option(text: str) -> tuple[str, object]:
 
 
 def _data_list(args: argparse.Namespace) -> int:
-    from kmipgt.data import DATASETS
+    from kmipgt.data import get_dataset, list_datasets
 
-    for dataset in DATASETS.values():
+    for dataset in map(get_dataset, list_datasets()):
         extra = f" (extra: {dataset.extra})" if dataset.extra else ""
-        print(f"{dataset.name:<15} {'/'.join(dataset.levels):<10} {dataset.description}{extra}")
+        print(f"{dataset.name:<15} {'/'.join(dataset.levels):<15} {dataset.description}{extra}")
     return 0
 
 

@@ -22,10 +22,21 @@ from kmipgt.train.choices import PREDICTED_SPLITS
 WRITING_OPTIONS = ("resume", "overwrite", "stop_after", "save_tokens", "tensorboard", "trust_checkpoint")
 
 
+def _config(args: argparse.Namespace, extra: list[str] = ()):
+    """The run config of ``train``: ``--config`` (default: the main job, or with ``--data`` the starting
+    recipe of the data's task level), ``--data``'s overrides, then ``--set``'s, which win."""
+    if args.data is None:
+        return load_config(args.config or "minnesota", [*args.overrides, *extra])
+    from kmipgt.train.recipes import data_overrides, starting_recipe
+
+    recipe = args.config or starting_recipe(args.data, args.overrides)
+    return load_config(recipe, [*data_overrides(args.data), *args.overrides, *extra])
+
+
 def _train(args: argparse.Namespace) -> int:
     if args.fast_dev_run is not None:
         return _fast_dev_run(args)
-    config = load_config(args.config, [*args.overrides, *(["tensorboard=true"] if args.tensorboard else [])])
+    config = _config(args, ["tensorboard=true"] if args.tensorboard else [])
     from kmipgt.train import train
 
     try:
@@ -42,7 +53,8 @@ def _train(args: argparse.Namespace) -> int:
         raise KeyboardInterrupt(_interrupted(config, args)) from None
     print(json.dumps(metrics, indent=2))
     if metrics.get("complete"):
-        print(f"test {metrics['metric']}: {metrics['test']:.4f}  (run directory: {config.out_dir})")
+        name = metrics.get("official_metric", metrics["metric"])
+        print(f"test {name}: {metrics['test']:.4f}  (run directory: {config.out_dir})")
     elif "epochs_done" in metrics:
         print(f"stopped after epoch {metrics['epochs_done']} of {config.optim.epochs}; continue with: "
               f"{_resume_command(config, args)}")
@@ -53,7 +65,7 @@ def _fast_dev_run(args: argparse.Namespace) -> int:
     given = [f"--{name.replace('_', '-')}" for name in WRITING_OPTIONS if getattr(args, name)]
     if given:
         raise ValueError(f"--fast-dev-run writes nothing, so it takes no {', '.join(given)}")
-    config = load_config(args.config, args.overrides)
+    config = _config(args)
     from kmipgt.train.fast_dev_run import fast_dev_run
 
     fast_dev_run(config, args.fast_dev_run)
@@ -114,9 +126,16 @@ def register(commands: argparse._SubParsersAction) -> None:
     train = commands.add_parser("train", help="train a graph transformer from a YAML config")
     train.add_argument(
         "--config",
-        default="minnesota",
+        default=None,
         help="YAML config: a path, or a shipped config's name (kmipgt configs) (default: minnesota, the main "
-        "job, what make demo runs)",
+        "job, what make demo runs; with --data, the starting recipe of the data's task level)",
+    )
+    train.add_argument(
+        "--data",
+        default=None,
+        metavar="PATH",
+        help="train on a graph of your own: a torch.save'd Data (or list, or train/val/test dict), or a "
+        "folder of edges.csv and nodes.csv (or .parquet); short for --set data.name=file with its path",
     )
     add_overrides(train, "model.attention.k=32")
     again = train.add_mutually_exclusive_group()

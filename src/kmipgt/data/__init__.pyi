@@ -28,6 +28,7 @@ from .registry import Dataset as Dataset
 from .registry import get_dataset as get_dataset
 from .registry import list_datasets as list_datasets
 from .registry import load_dataset as load_dataset
+from .registry import register_dataset as register_dataset
 from .road_graph import add_city_labels as add_city_labels
 from .road_graph import haversine_metres as haversine_metres
 from .road_graph import road_network_data as road_network_data

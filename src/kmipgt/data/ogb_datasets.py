@@ -167,6 +167,14 @@ def _evaluator_inputs(metric: str, num_tasks: int, outputs: Tensor, targets: Ten
     return y_true.double(), y_pred.double()
 
 
+def ogb_evaluator(
+    name: str, root: str | Path | None = None, download: bool = False
+) -> tuple[str, Callable[[Tensor, Tensor], float]]:
+    """:func:`ogb_evaluator_metric` of the dataset the ``ogb`` loader's options name (its registry
+    entry's ``evaluator``; the other options do not change the metric)."""
+    return ogb_evaluator_metric(name)
+
+
 def ogb_evaluator_metric(name: str) -> tuple[str, Callable[[Tensor, Tensor], float]]:
     """The official metric of OGB's ``name``: its name (``"acc"``, ``"rocauc"``, ``"ap"``, ``"rmse"``) and a
     function of ``(outputs, targets)`` giving the Evaluator's value.

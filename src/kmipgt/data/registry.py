@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import metadata
 from typing import Any
 
 from kmipgt.lazy import resolve
@@ -43,7 +44,8 @@ class Dataset:
     """A registered dataset: its loader (or its ``"module:function"`` name), the task levels it serves, what
     it is, the pip extra it needs and which of its features are categorical (``categories``: a function of
     the loader's options giving :class:`CategoricalFeatures`, or its ``"module:function"`` name; None: all
-    features are numbers)."""
+    features are numbers; ``evaluator``: a function of the options giving its own metric, as
+    :meth:`official_metric` returns it)."""
 
     name: str
     loader: Callable[..., Any] | str
@@ -51,6 +53,7 @@ class Dataset:
     description: str
     extra: str | None = None
     categories: Callable[..., CategoricalFeatures] | str | None = None
+    evaluator: Callable[..., tuple[str, Callable[..., float]]] | str | None = None
 
     def _call(self, function: Callable[..., Any] | str, options: dict[str, Any]) -> Any:
         """``function`` (resolved) called with ``options``; options it does not take, or lacks, are a
@@ -71,6 +74,11 @@ class Dataset:
     def categorical_features(self, **options: Any) -> CategoricalFeatures:
         """Which features of the dataset loaded with ``options`` are category ids."""
         return NUMERIC_FEATURES if self.categories is None else self._call(self.categories, options)
+
+    def official_metric(self, **options: Any) -> tuple[str, Callable[..., float]] | None:
+        """The dataset's own evaluator, where it has one: its metric's name and a function of a model's
+        ``(outputs, targets)`` giving its value (OGB's Evaluator)."""
+        return None if self.evaluator is None else self._call(self.evaluator, options)
 
 
 DATASETS: dict[str, Dataset] = {dataset.name: dataset for dataset in (
@@ -102,23 +110,69 @@ DATASETS: dict[str, Dataset] = {dataset.name: dataset for dataset in (
             "any dataset class of torch_geometric.datasets at root; class: WebKB, TUDataset, ..."),
     Dataset("ogb", "kmipgt.data.ogb_datasets:ogb_dataset", ("node", "graph"),
             "local OGB copy at root; name: ogbn-arxiv, ogbg-molhiv, ... (node and graph property)",
-            extra="ogb",
-            categories="kmipgt.data.ogb_datasets:ogb_categories"),
+            extra="ogb", categories="kmipgt.data.ogb_datasets:ogb_categories",
+            evaluator="kmipgt.data.ogb_datasets:ogb_evaluator"),
 )}
 
 
+# Installed packages add datasets under this entry point group: each entry, named as the dataset, refers to
+# a Dataset (``name = "package.module:DATASET"``).
+ENTRY_POINT_GROUP = "kmipgt.datasets"
+LEVELS = ("node", "edge", "graph")
+
+
+def register_dataset(
+    name: str,
+    loader: Callable[..., Any] | str,
+    levels: tuple[str, ...] | list[str] = LEVELS,
+    description: str = "",
+    extra: str | None = None,
+    categories: Callable[..., CategoricalFeatures] | str | None = None,
+) -> Dataset:
+    """Make ``name`` a dataset that configs (``data.name``), ``kmipgt data`` and :func:`load_dataset` know.
+
+    ``loader`` (a function, or its ``"module:function"`` name) takes the config's ``data.options`` as keyword
+    arguments and returns one graph (a PyG ``Data``), a list of graphs, or ``{"train": [...], "val": [...],
+    "test": [...]}`` graph lists; ``levels``: the task levels it serves. A name registered already, by
+    kmipgt or before, is a ValueError: an entry is never replaced silently.
+    """
+    unknown = sorted(set(levels) - set(LEVELS))
+    if not levels or unknown:
+        raise ValueError(f"levels must be some of {LEVELS}, got {list(levels)}")
+    if name in DATASETS:
+        raise ValueError(f"dataset {name!r} is registered already")
+    dataset = Dataset(name, loader, tuple(levels), description, extra, categories)
+    DATASETS[name] = dataset
+    return dataset
+
+
+def _entry_points() -> dict[str, metadata.EntryPoint]:
+    """The datasets installed packages add (:data:`ENTRY_POINT_GROUP`), by name, those of kmipgt's names
+    left out (a built-in entry is not replaced)."""
+    return {point.name: point for point in metadata.entry_points(group=ENTRY_POINT_GROUP)
+            if point.name not in DATASETS}
+
+
 def list_datasets() -> list[str]:
-    """The registered dataset names, in registry order."""
-    return list(DATASETS)
+    """The dataset names: kmipgt's and registered ones in registry order, then installed packages'."""
+    return [*DATASETS, *_entry_points()]
 
 
 def get_dataset(name: str) -> Dataset:
-    """The registry entry of ``name``; an unknown name is a ValueError naming the registered ones."""
+    """The registry entry of ``name`` (an installed package's is loaded on first use); an unknown name is a
+    ValueError naming the known ones."""
     if name not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; registered: {', '.join(DATASETS)}")
+        point = _entry_points().get(name)
+        if point is None:
+            raise ValueError(f"unknown dataset {name!r}; registered: {', '.join(list_datasets())}")
+        dataset = point.load()
+        if not isinstance(dataset, Dataset) or dataset.name != name:
+            raise ValueError(f"the {ENTRY_POINT_GROUP} entry point {name!r} ({point.value}) must refer to a "
+                             f"kmipgt.data.Dataset named {name!r}, got {dataset!r}")
+        DATASETS[name] = dataset
     return DATASETS[name]
 
 
-def load_dataset(name: str, **options: Any) -> Any:
+def load_dataset(name: str, /, **options: Any) -> Any:
     """Load the dataset registered as ``name`` with a config's ``data.options`` as keyword arguments."""
     return get_dataset(name).load(**options)

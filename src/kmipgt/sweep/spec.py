@@ -19,8 +19,9 @@ named ``variants``, a first grid axis called ``variant``::
     grid:
       seed: [0, 1, 2]
 
-The replicate axes are ``seed`` (training seed) and ``data.split_seed`` (a redrawn node-level split): a
-summary averages over them, and a pair of variants shares their values.
+The replicate axes are ``seed`` (training seed), ``data.split_seed`` (a redrawn node-level split) and
+``data.split_index`` (one of the splits a dataset ships): a summary averages over them, and a pair of
+variants shares their values.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ from kmipgt.train.config_reading import parse_override, read_yaml
 
 SWEEP_KEYS = ("base", "set", "variants", "grid", "out")
 VARIANT_AXIS = "variant"
-REPLICATE_AXES = ("seed", "data.split_seed")  # repeats of one experiment, not conditions to compare
+# Repeats of one experiment, not conditions to compare: training seeds, redrawn splits, a dataset's splits.
+REPLICATE_AXES = ("seed", "data.split_seed", "data.split_index")
 _MAX_NAME = 150  # cell directory names stay well below the usual 255-byte file-name limit
 
 

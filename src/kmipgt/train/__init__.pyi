@@ -8,6 +8,7 @@ from .config import Config as Config
 from .config import load_config as load_config
 from .export import export_model as export_model
 from .export import export_run as export_run
+from .fit import fit as fit
 from .loop import Trainer as Trainer
 from .metrics import compute_metric as compute_metric
 from .models import build_model as build_model

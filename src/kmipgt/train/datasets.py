@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import islice
@@ -52,6 +52,10 @@ class PreparedData:
     ``level="edge"``: each split holds one graph whose ``edge_index`` is the message-passing graph and whose
     ``edge_label_index``/``edge_label`` are the pairs to score (positives 1, sampled non-edges 0).
 
+    ``task``: the task, what the config leaves open read from the data. ``official``: the dataset's own
+    evaluator (its metric's name and function, :meth:`kmipgt.data.registry.Dataset.official_metric`), which
+    ``task.metric: official`` scores with; None where it has none.
+
     ``node_categories`` / ``edge_categories``: where the dataset says its features are category ids
     (:class:`~kmipgt.data.registry.CategoricalFeatures`), the number of categories of each column of ``x``
     / ``edge_attr`` (integer ids, checked to lie in range, never z-scored), as a model's embedding tables
@@ -68,6 +72,7 @@ class PreparedData:
     node_categories: tuple[int, ...] = ()
     edge_categories: tuple[int, ...] = ()
     task: TaskConfig | None = None
+    official: tuple[str, Callable[..., float]] | None = None
 
 
 def _check_level(config: Config, level: str | None) -> None:
@@ -260,7 +265,11 @@ def prepare_data(config: Config, raw: Any = None, training: bool = True) -> Prep
     raw = as_raw(raw, config)
     if listed and not isinstance(raw, Data):  # data.split_seed drew the split of the list
         config = dataclasses.replace(config, data=dataclasses.replace(config.data, split_seed=None))
-    task = resolve_task(config.task, raw, partial(_training_labels, raw))
+    official = get_dataset(config.data.name).official_metric(**config.data.options) if loaded else None
+    task = resolve_task(config.task, raw, partial(_training_labels, raw), official is not None)
+    if task.metric == "official" and official is None:
+        raise ValueError("task.metric 'official' scores with a dataset's own evaluator; "
+                         f"{source_name(config)} has none")
     if loaded and config.task.level is None:  # load_raw checked a level the config gave
         _check_level(config, task.level)
     config = dataclasses.replace(config, task=task)
@@ -290,4 +299,5 @@ def prepare_data(config: Config, raw: Any = None, training: bool = True) -> Prep
         node_categories=embedded.node,
         edge_categories=embedded.edge,
         task=task,
+        official=official,
     )

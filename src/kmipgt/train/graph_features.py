@@ -33,6 +33,12 @@ def node_coords(graph: Data, coord_columns: list[int] | tuple[int, ...]) -> torc
     return coords
 
 
+def _class_column(y: torch.Tensor | None) -> torch.Tensor | None:
+    """Class ids stored as a column (``[N, 1]``, as OGB stores them) as ``[N]``; other labels as they are."""
+    one_column = y is not None and y.dim() == 2 and y.size(1) == 1 and not y.is_floating_point()
+    return y.view(-1) if one_column else y
+
+
 def _edge_features(graph: Data, categorical: bool = False) -> torch.Tensor | None:
     """Edge features as ``[E, F]``: ``edge_attr`` if present (category ids as they are, else as floats), else
     log road length (lengths span decades)."""
@@ -53,16 +59,17 @@ def prepare_graph(
     ValueError where the graph has no node features."""
     if getattr(graph, "x", None) is None:
         raise ValueError(f"{source_name(config)} has graphs without node features x")
-    out = Data(x=graph.x if categories.node else graph.x.float(), edge_index=graph.edge_index, y=graph.y)
+    out = Data(x=graph.x if categories.node else graph.x.float(), edge_index=graph.edge_index,
+               y=_class_column(graph.get("y")))
     edge_attr = _edge_features(graph, bool(categories.edge))
     if edge_attr is not None:
         out.edge_attr = edge_attr
     for key in ("x", "edge_attr"):
         _check_finite(out.get(key), key, config)
     # pos: node coordinates, kept for pictures (explain plots); the model reads coordinates from x.
-    # node_ids: the source's own names of the nodes, which predictions write.
+    # node_ids, label_names: the source's own names of the nodes and classes, which predictions write.
     for key in ("train_mask", "val_mask", "test_mask", "edge_label_index", "edge_label", "pos", "category",
-                "node_ids"):
+                "node_ids", "label_names"):
         if getattr(graph, key, None) is not None:
             out[key] = graph[key]
     return add_encodings(out, config) if encodings else out

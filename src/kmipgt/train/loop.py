@@ -85,7 +85,9 @@ class Trainer(Stepper):
         self.run_dir = Path(config.out_dir)
         self.writes_files = self.ranks is None or self.ranks.main
         self.state = _State()
-        self.higher_is_better = higher_is_better(self.config.task.metric)
+        official = self.data.official[0] if self.data.official is not None else None
+        self.higher_is_better = higher_is_better(self.config.task.metric, official)
+        self.metrics: dict[str, Any] | None = None  # the best checkpoint's, once training is complete
 
     def _is_better(self, value: float) -> bool:
         best = self.state.best_value
@@ -250,6 +252,7 @@ class Trainer(Stepper):
         metrics = {
             "dataset": self.data.name,
             "metric": self.config.task.metric,
+            **({"official_metric": self.data.official[0]} if self.data.official is not None else {}),
             **scores,
             "best_epoch": best["epoch"],
             "epochs": self.state.epoch,
@@ -266,4 +269,5 @@ class Trainer(Stepper):
             metrics["peak_memory_mb_per_rank"] = gather_objects(metrics["peak_memory_mb"])
         if self.writes_files:
             atomic_write_json(self.run_dir / "metrics.json", metrics)
+        self.metrics = metrics
         return metrics

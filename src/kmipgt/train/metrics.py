@@ -98,8 +98,13 @@ def compute_metric(name: str, output: Tensor, target: Tensor) -> float:
     return _FUNCTIONS[name](output, target)
 
 
-def higher_is_better(name: str) -> bool:
-    """Whether larger values of metric ``name`` are better (all but MAE)."""
+# Error measures among the names a dataset's own evaluator gives its metric (OGB's).
+_ERRORS = ("mae", "rmse")
+
+
+def higher_is_better(name: str, official: str | None = None) -> bool:
+    """Whether larger values of metric ``name`` are better (all but errors); for ``official``, of the
+    evaluator's metric named ``official`` (``rocauc``, ``rmse``, ...)."""
     if name not in METRICS:
         raise ValueError(f"metric must be one of {METRICS}, got {name!r}")
-    return name != "mae"
+    return (official if name == "official" else name) not in _ERRORS

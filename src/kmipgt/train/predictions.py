@@ -72,12 +72,12 @@ def _outputs(output: torch.Tensor, loss: str, probabilities: bool) -> dict[str, 
 
 
 def _stand_in(graph: Data, level: str) -> Data:
-    """``graph`` as a one-graph dataset's loader returns it for training: at node level every split mask it
-    lacks is empty and missing labels are zeros, neither of which a prediction reads."""
+    """``graph`` as a one-graph dataset's loader returns it for training: at node level a graph without
+    labels gets zeros and empty split masks, neither of which a prediction reads (a labelled one lacking
+    masks gets them drawn as training drew them)."""
     graph = copy.copy(graph)
-    if level == "node":
-        if graph.get("y") is None:
-            graph.y = torch.zeros(graph.num_nodes, dtype=torch.long)
+    if level == "node" and graph.get("y") is None:
+        graph.y = torch.zeros(graph.num_nodes, dtype=torch.long)
         for mask in MASKS:
             if graph.get(mask) is None:
                 graph[mask] = torch.zeros(graph.num_nodes, dtype=torch.bool)
@@ -235,8 +235,14 @@ class Predictions:
         nodes = torch.arange(graph.num_nodes)
         if self.split != "all":
             nodes = graph[f"{self.split}_mask"].cpu().nonzero().view(-1)
-        return {"split": names[nodes.numpy()].tolist(), "graph": torch.zeros_like(nodes), "node": nodes,
-                **self._columns(output[nodes.to(self.device)])}
+        columns = self._columns(output[nodes.to(self.device)])
+        # A source that names its nodes (the node table's ids) and its classes is answered in its names.
+        ids = graph.get("node_ids")
+        named = {"node": nodes if ids is None else [ids[i] for i in nodes.tolist()]}
+        classes = graph.get("label_names")
+        if classes is not None and self.config.task.loss == "cross_entropy":
+            named["predicted_label"] = [classes[i] for i in columns["predicted"].tolist()]
+        return {"split": names[nodes.numpy()].tolist(), "graph": torch.zeros_like(nodes), **named, **columns}
 
     def _set_rows(self, split: str, graphs: Sequence[Data], progress: bool) -> Iterator[dict[str, Any]]:
         """The rows of a split's graphs, a chunk per batch (mini-batches of ``data.batch_size`` graphs in

@@ -80,11 +80,13 @@ def labelled(y: torch.Tensor) -> torch.Tensor:
     return y >= 0 if y.dim() == 1 else (y >= 0).all(-1)
 
 
-def _read_masks(graph: Data, config: Config) -> tuple[torch.Tensor, ...]:
-    """The graph's train/val/test masks, column ``data.split_index`` of masks holding several splits."""
+def _read_masks(graph: Data, config: Config) -> dict[str, torch.Tensor]:
+    """The graph's masks among train/val/test, column ``data.split_index`` of masks holding several splits."""
     where, index, n = source_name(config), config.data.split_index, graph.num_nodes
-    masks = []
-    for name in MASKS:
+    masks = {}
+    for split, name in zip(SPLITS, MASKS, strict=True):
+        if graph.get(name) is None:
+            continue
         mask = torch.as_tensor(graph[name])
         if mask.dtype != torch.bool or mask.dim() not in (1, 2) or mask.size(0) != n:
             raise ValueError(f"{where}: {name} must be a boolean mask of one row per node, [{n}] or "
@@ -94,41 +96,50 @@ def _read_masks(graph: Data, config: Config) -> tuple[torch.Tensor, ...]:
                 raise ValueError(f"{where}: data.split_index {index} picks a split of {name}, which holds "
                                  f"{mask.size(1)} (columns 0 to {mask.size(1) - 1})")
             mask = mask[:, index]
-        masks.append(mask)
-    return tuple(masks)
+        masks[split] = mask
+    return masks
 
 
-def _drawn_masks(known: torch.Tensor, config: Config) -> tuple[torch.Tensor, ...]:
-    """Masks of a seeded split of the labelled nodes by ``data.split_ratios``."""
-    nodes = known.nonzero().flatten()
+def _drawn_masks(free: torch.Tensor, missing: list[str], config: Config) -> dict[str, torch.Tensor]:
+    """Masks of the ``missing`` splits: a seeded split of the ``free`` nodes (``[N]``) in proportion to
+    their shares of ``data.split_ratios``."""
+    nodes = free.nonzero().flatten()
     nodes = nodes[_seeded_order(nodes.numel(), config)]
-    train, val = _cut(nodes.numel(), config)
-    masks = []
-    for part in (nodes[:train], nodes[train:train + val], nodes[train + val:]):
-        mask = torch.zeros(known.numel(), dtype=torch.bool)
-        mask[part] = True
-        masks.append(mask)
-    return tuple(masks)
+    shares = torch.tensor([config.data.split_ratios[SPLITS.index(split)] for split in missing])
+    ends = (shares.cumsum(0) / shares.sum() * nodes.numel()).round().long().tolist()
+    masks, start = {}, 0
+    for split, end in zip(missing, ends, strict=True):
+        masks[split] = torch.zeros(free.numel(), dtype=torch.bool)
+        masks[split][nodes[start:end]] = True
+        start = end
+    return masks
 
 
 def node_split_masks(graph: Data, config: Config, training: bool = True) -> tuple[torch.Tensor, ...]:
-    """``(train, val, test)`` boolean ``[N]`` masks of a node-level graph, read or drawn, checked for
-    training (``training=False``: read as they are, for predictions on a graph that may have no labels)."""
+    """``(train, val, test)`` boolean ``[N]`` masks of a node-level graph: its own (column
+    ``data.split_index`` of masks holding several splits), the parts it lacks drawn from its labelled nodes
+    outside them (a seeded split by ``data.split_ratios``), checked for training (``training=False``: not
+    checked, for predictions on a graph that may have no labels)."""
     where = source_name(config)
-    if not training:
-        return _read_masks(graph, config)
-    if graph.get("y") is None:
+    y = graph.get("y")
+    if training and y is None:
         raise ValueError(f"{where}: the graph has no labels y to train on")
-    y = graph.y
-    if y.size(0) != graph.num_nodes:
+    if training and y.size(0) != graph.num_nodes:
         raise ValueError(f"{where}: y must hold a label per node ({graph.num_nodes}), got {list(y.shape)}")
-    known = labelled(y)
-    present = [name for name in MASKS if graph.get(name) is not None]
-    if present and len(present) < 3:
-        missing = sorted(set(MASKS) - set(present))
-        raise ValueError(f"{where}: the graph has {', '.join(present)} but no {', '.join(missing)}")
-    masks = dict(zip(SPLITS, _read_masks(graph, config) if present else _drawn_masks(known, config),
-                     strict=True))
+    known = labelled(y) if y is not None else torch.zeros(graph.num_nodes, dtype=torch.bool)
+    masks = _read_masks(graph, config)
+    missing = [split for split in SPLITS if split not in masks]
+    if missing:  # drawn from the labelled nodes the graph's masks leave out (KarateClub has train_mask only)
+        taken = torch.stack(list(masks.values())).any(0) if masks else torch.zeros_like(known)
+        masks.update(_drawn_masks(known & ~taken, missing, config))
+    if training:
+        _check_masks(masks, known, where)
+    # Unlabelled nodes of the evaluation splits have nothing to be scored against.
+    return masks["train"], masks["val"] & known, masks["test"] & known
+
+
+def _check_masks(masks: dict[str, torch.Tensor], known: torch.Tensor, where: str) -> None:
+    """ValueError where a node is in two parts, a part holds no labelled node or a training node none."""
     for first, second in combinations(SPLITS, 2):
         both = int((masks[first] & masks[second]).sum())
         if both:
@@ -139,5 +150,3 @@ def node_split_masks(graph: Data, config: Config, training: bool = True) -> tupl
     unlabelled = int((masks["train"] & ~known).sum())
     if unlabelled:
         raise ValueError(f"{where}: train_mask holds {unlabelled} nodes without a label (y -1 or NaN)")
-    # Unlabelled nodes of the evaluation splits have nothing to be scored against.
-    return masks["train"], masks["val"] & known, masks["test"] & known

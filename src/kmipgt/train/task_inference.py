@@ -47,6 +47,8 @@ def _is_binary(labels: torch.Tensor) -> bool:
 
 def labels_task(labels: torch.Tensor) -> tuple[str, str, str]:
     """``(loss, metric, what)`` for training labels ``[R]`` or ``[R, L]`` (``what``: how the labels read)."""
+    if labels.dim() == 2 and labels.size(1) == 1 and not labels.is_floating_point():
+        labels = labels.view(-1)  # class ids stored as a column
     if labels.dim() == 2 and labels.size(1) > 1 and _is_binary(labels):
         return "bce", "ap", f"{labels.size(1)} binary labels"
     if labels.is_floating_point():
@@ -57,10 +59,13 @@ def labels_task(labels: torch.Tensor) -> tuple[str, str, str]:
     return "cross_entropy", ("roc_auc" if classes <= 2 else "accuracy"), f"{classes} classes"
 
 
-def resolve_task(task: TaskConfig, raw: Data | Mapping[str, Sequence[Data]], labels) -> TaskConfig:
+def resolve_task(
+    task: TaskConfig, raw: Data | Mapping[str, Sequence[Data]], labels, official: bool = False
+) -> TaskConfig:
     """``task`` with what it leaves open read from the data: the level from ``raw`` (one graph, or split
     lists), the loss and metric from ``labels`` (a function of the level giving the training labels, read
-    only where needed). Logs the choice; checked by :func:`check_loss_metrics`."""
+    only where needed); the metric ``official`` where the dataset has its own evaluator (``official``).
+    Logs the choice; checked by :func:`check_loss_metrics`."""
     open_keys = [key for key in ("level", "loss", "metric") if getattr(task, key) is None]
     if not open_keys:
         return task
@@ -70,7 +75,9 @@ def resolve_task(task: TaskConfig, raw: Data | Mapping[str, Sequence[Data]], lab
     else:
         loss, metric, what = labels_task(labels(level))
     loss = task.loss or loss
-    if metric not in LOSS_METRICS[loss]:  # the config chose another loss: its first metric
+    if official:
+        metric, what = "official", f"{what}; the dataset's own evaluator"
+    elif metric not in LOSS_METRICS[loss]:  # the config chose another loss: its first metric
         metric = LOSS_METRICS[loss][0]
     resolved = dataclasses.replace(task, level=level, loss=loss, metric=task.metric or metric)
     check_loss_metrics(resolved)

@@ -109,7 +109,13 @@ class Task:
         for split, output, target in self.split_outputs(predict, splits, device):
             if self.config.task.loss != "cross_entropy":
                 target = target.float().view_as(output)
-            yield split, {name: compute_metric(name, output, target) for name in names}
+            yield split, {name: self.score(name, output, target) for name in names}
+
+    def score(self, name: str, output: torch.Tensor, target: torch.Tensor) -> float:
+        """Metric ``name`` of ``output`` against ``target``; ``official``: the dataset's own evaluator."""
+        if name == "official":
+            return self.data.official[1](output, target)
+        return compute_metric(name, output, target)
 
     def split_outputs(
         self, predict: Callable[[Data], torch.Tensor], splits: Iterable[str], device: torch.device
