@@ -27,12 +27,15 @@ def _data_list(args: argparse.Namespace) -> int:
 
 
 def _data_info(args: argparse.Namespace) -> int:
-    from kmipgt.data import get_dataset
+    from kmipgt.data import get_dataset, list_datasets
     from kmipgt.data.report import dataset_summary
 
     flags = {"root": args.root, "num_nodes": args.num_nodes, "seed": args.seed}
     options = {**{key: value for key, value in flags.items() if value is not None}, **dict(args.options)}
-    for key, value in dataset_summary(get_dataset(args.name), **options).items():
+    name = args.name
+    if name not in list_datasets() and Path(name).exists():  # a graph of one's own, as --data takes it
+        name, options = "file", {"path": name, **options}
+    for key, value in dataset_summary(get_dataset(name), **options).items():
         print(f"{key}: {value}")
     return 0
 
@@ -74,7 +77,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     info = data.add_parser(
         "info", help="load a dataset (one graph or a set of graphs) and print its statistics and read time"
     )
-    info.add_argument("name", help="a registered dataset (kmipgt data list), e.g. minnesota")
+    info.add_argument(
+        "name", help="a registered dataset (kmipgt data list), e.g. minnesota, or the path of a graph of "
+        "your own (as kmipgt train --data takes it)",
+    )
     info.add_argument("--root", type=Path, default=None, help="directory of a local copy (root option)")
     info.add_argument("--num-nodes", type=int, default=None, help="size of a synthetic city")
     info.add_argument("--seed", type=int, default=None, help="seed of a synthetic city")

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import torch
 from torch_geometric.data import Data
-from torch_geometric.utils import degree
+from torch_geometric.utils import degree, homophily
 
 from kmipgt.data.positional_encodings import LaplacianPE, RandomWalkSE
 from kmipgt.data.registry import Dataset
@@ -39,9 +39,13 @@ def graph_summary(data: Data) -> dict[str, object]:
             summary["unlabelled_nodes"] = int((~given).sum())
         if bool(given.any()):
             summary.update(_label_distribution(data.y[given]))
+        if data.y.dim() == 1 and not data.y.is_floating_point():
+            summary["edge_homophily"] = _edge_homophily(data.edge_index, data.y)
     for mask in ("train_mask", "val_mask", "test_mask"):
         if mask in data:
-            summary[mask] = int(data[mask].sum())
+            # Several splits as columns ([N, S]): the nodes of each.
+            sizes = data[mask].reshape(num_nodes, -1).sum(0).tolist()
+            summary[mask] = sizes[0] if data[mask].dim() == 1 else sizes
     if "edge_length" in data:
         summary["mean_edge_length_m"] = round(float(data.edge_length.mean()), 2)
     if "eccentricity" in data:
@@ -49,6 +53,16 @@ def graph_summary(data: Data) -> dict[str, object]:
         summary["eccentricity_m_min_median_max"] = [round(float(v), 1) for v in
                                                     (ecc.min(), ecc.median(), ecc.max())]
     return summary
+
+
+def _edge_homophily(edge_index: torch.Tensor, y: torch.Tensor) -> float | None:
+    """The share of edges between labelled nodes whose ends share their class (PyG's edge homophily over
+    the labelled ends); None where no edge joins two labelled nodes."""
+    source, target = edge_index
+    both = (y[source] >= 0) & (y[target] >= 0)
+    if not bool(both.any()):
+        return None
+    return round(float(homophily(edge_index[:, both], y, method="edge")), 4)
 
 
 def _shape(tensor: torch.Tensor | None, rows: str) -> str:
@@ -122,6 +136,8 @@ def dataset_summary(dataset: Dataset, **options: object) -> dict[str, object]:
     read as the summary goes through it)."""
     start = time.perf_counter()
     data = dataset.load(**options)
+    if isinstance(data, (list, tuple)):  # a set of graphs without a split
+        data = {"all": data}
     summary = graph_set_summary(data) if isinstance(data, Mapping) else graph_summary(data)
     return {**summary, "read_seconds": round(time.perf_counter() - start, 2)}
 
