@@ -22,7 +22,7 @@ from torch_geometric.data import Dataset as PyGDataset
 from torch_geometric.transforms import RandomLinkSplit
 from torch_geometric.utils import is_undirected
 
-from kmipgt.data import add_virtual_node, get_dataset, redraw_split_masks
+from kmipgt.data import add_virtual_node, get_dataset, list_datasets, redraw_split_masks
 from kmipgt.data.graph_checks import class_count
 from kmipgt.data.registry import NUMERIC_FEATURES, CategoricalFeatures
 from kmipgt.data.streamed import StreamedGraphs
@@ -97,11 +97,11 @@ def load_raw(config: Config):
     return get_dataset(config.data.name).load(**config.data.options)
 
 
-def _training_labels(raw: Data | Mapping[str, Sequence[Data]], level: str) -> torch.Tensor:
+def _training_labels(raw: Data | Mapping[str, Sequence[Data]], source: str, level: str) -> torch.Tensor:
     """The labels the task is read from: a graph's labelled nodes, or the first training graphs'."""
     if isinstance(raw, Data):
         if raw.get("y") is None:
-            raise ValueError("the graph has no labels y to read the task from")
+            raise ValueError(f"{source}: the graph has no labels y to train on")
         return raw.y[labelled(raw.y)]
     return torch.cat([graph.y for graph in islice(raw["train"], 1000)])
 
@@ -226,7 +226,8 @@ def prepared_task(config: Config, data: PreparedData) -> TaskConfig:
     if data.task is not None:
         return data.task
     task = dataclasses.replace(config.task, level=config.task.level or data.level)
-    return resolve_task(task, data.graph or data.splits, partial(_training_labels, data.graph or data.splits))
+    raw = data.graph or data.splits
+    return resolve_task(task, raw, partial(_training_labels, raw, f"dataset {data.name!r}"))
 
 
 def prepare_set_graph(graph: Data, config: Config, training: Sequence[Data] | None = None) -> Data:
@@ -265,8 +266,10 @@ def prepare_data(config: Config, raw: Any = None, training: bool = True) -> Prep
     raw = as_raw(raw, config)
     if listed and not isinstance(raw, Data):  # data.split_seed drew the split of the list
         config = dataclasses.replace(config, data=dataclasses.replace(config.data, split_seed=None))
-    official = get_dataset(config.data.name).official_metric(**config.data.options) if loaded else None
-    task = resolve_task(config.task, raw, partial(_training_labels, raw), official is not None)
+    named = config.data.name in list_datasets()
+    official = get_dataset(config.data.name).official_metric(**config.data.options) if named else None
+    labels = partial(_training_labels, raw, source_name(config))
+    task = resolve_task(config.task, raw, labels, official is not None)
     if task.metric == "official" and official is None:
         raise ValueError("task.metric 'official' scores with a dataset's own evaluator; "
                          f"{source_name(config)} has none")
