@@ -5,6 +5,7 @@ every bad input refused in one line with nothing written."""
 import csv
 import json
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -208,3 +209,19 @@ def test_a_pyg_class_that_is_not_there_or_an_option_it_does_not_take_is_one_line
     assert main(args) == 2
     assert message in _error_line(capsys)
     assert not (tmp_path / "run").exists()
+
+
+def test_the_worked_example_of_the_docs_runs(tmp_path, monkeypatch):
+    """The docs' example of a graph of one's own, its Python and then each command (training shortened)."""
+    section = (Path(__file__).resolve().parents[2] / "docs" / "datasets.md").read_text().split(
+        "## Your own data\n")[1].split("\n## ")[0]
+    code, commands = re.findall(r"```(?:python|bash)\n(.*?)```", section, flags=re.DOTALL)[:2]
+    monkeypatch.chdir(tmp_path)
+    exec(code, {})
+    for line in commands.splitlines():
+        args = shlex.split(line.split("#")[0])[1:]
+        if args[0] == "train":
+            args += FAST
+        assert main(args) == 0, line
+    with open("predictions.csv") as handle:
+        assert next(csv.DictReader(handle))["node"].startswith("user")
