@@ -5,12 +5,16 @@ import csv
 import re
 
 import pytest
+import torch
 import yaml
+from torch_geometric.data import Data
+from torch_geometric.utils import to_undirected
 
 from kmipgt.cli import main
 from kmipgt.configs import list_configs
 from kmipgt.train import load_config
 from kmipgt.train.fast_dev_run import fast_dev_run
+from kmipgt.train.recipes import STARTING_RECIPES
 from lrgb_copies import write_raw_peptides
 from tiny_runs import TINY_DIGITS
 
@@ -24,7 +28,9 @@ SHRUNK = {
     "synthetic_rooms": ["data.options={rooms_per_area: 1, num_points: 64, k: 4, val_blocks: 2}"],
 }
 LOCAL_COPIES = [name for name in list_configs("run") if "root" in load_config(name).data.options]
-GENERATED_OR_EMBEDDED = [name for name in list_configs("run") if name not in LOCAL_COPIES]
+# The starting recipes train a graph of one's own (dataset ``file``, its path given with --data).
+RECIPES = [name for name in list_configs("run") if load_config(name).data.name == "file"]
+GENERATED_OR_EMBEDDED = [name for name in list_configs("run") if name not in LOCAL_COPIES + RECIPES]
 
 
 def test_every_shipped_config_is_checked_here():
@@ -33,6 +39,21 @@ def test_every_shipped_config_is_checked_here():
     copies = {"city_networks", "peptides_func", "peptides_func_gps", "peptides_func_paper", "peptides_struct",
               "peptides_struct_paper", "shapenet_part", "s3dis"}
     assert set(LOCAL_COPIES) == copies
+    assert set(RECIPES) == set(STARTING_RECIPES.values())
+
+
+@pytest.mark.parametrize(("level", "data"), [("node", "graph"), ("graph", "graphs"), ("edge", "graph")])
+def test_a_starting_recipe_passes_on_data_of_its_level(level, data, tmp_path, capsys):
+    gen = torch.Generator().manual_seed(0)
+    ring = torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 0]])
+    graphs = [Data(x=torch.randn(5, 3, generator=gen), edge_index=to_undirected(ring),
+                   y=torch.tensor([i % 2])) for i in range(10)]
+    graph = Data(x=torch.randn(50, 3, generator=gen), y=torch.arange(50) % 3,
+                 edge_index=to_undirected(torch.randint(0, 50, (2, 150), generator=gen)))
+    torch.save(graph if data == "graph" else graphs, tmp_path / "data.pt")
+    code = main(["train", "--fast-dev-run", "--data", str(tmp_path / "data.pt"), "--set",
+                 f"task.level={level}", "--set", "threads=1", "--set", "device=cpu"])
+    assert code == 0 and capsys.readouterr().out.splitlines()[-1].startswith("fast dev run passed: ")
 
 
 def _batch_lines(text: str, phase: str) -> list[str]:

@@ -305,6 +305,8 @@ def config_to_dict(config: Config) -> dict:
 
 # Keys that do not change what a run computes (config_differences).
 _NOT_COMPARED = frozenset({"allocator", "data.on_device"})
+# Keys a config may leave to the data: a run saves what was read, which the same config reads again.
+_READ_FROM_DATA = frozenset({"task.level", "task.loss", "task.metric"})
 
 
 def _dotted(tree: dict) -> dict[str, Any]:
@@ -337,7 +339,11 @@ def config_differences(saved: dict, current: dict) -> list[str]:
     ``saved`` lacks (it was written before they existed) count as their defaults, which reproduce what
     the run did then. ``allocator`` and ``data.on_device`` are not compared: they change memory and speed,
     not results, so a run may be resumed under another one (a run saved before ``allocator`` existed counts
-    as ``retain``).
+    as ``retain``). A task key ``current`` leaves to the data (``null``) matches what ``saved`` read.
     """
     saved, current = _dotted(saved), _dotted(current)
-    return sorted(key for key in saved if key not in _NOT_COMPARED and saved[key] != current[key])
+    return sorted(
+        key for key in saved
+        if key not in _NOT_COMPARED and saved[key] != current[key]
+        and not (key in _READ_FROM_DATA and current[key] is None)
+    )

@@ -176,7 +176,7 @@ def _check_device(name: str) -> None:
 def _check_graph_strategy(config: Config) -> None:
     """What ``strategy: graph`` runs: node level, GPS with MPNNs and attention that work on a partition."""
     m = config.model
-    if config.task.level != "node":
+    if config.task.level not in (None, "node"):
         raise ValueError(
             "distributed.strategy 'graph' partitions the nodes of one graph (task.level: node), got "
             f"task.level {config.task.level!r}; use strategy 'ddp' for many graphs"
@@ -197,7 +197,7 @@ def _check_distributed(config: Config) -> None:
     strategy = config.distributed.strategy
     _one_of("distributed.strategy", strategy, STRATEGIES)
     _one_of("distributed.partition", config.distributed.partition, PARTITIONS)
-    if strategy == "ddp" and config.task.level != "graph":
+    if strategy == "ddp" and config.task.level not in (None, "graph"):
         raise ValueError(
             "distributed.strategy 'ddp' splits mini-batches of many graphs (task.level: graph), got "
             f"task.level {config.task.level!r}"
@@ -206,7 +206,7 @@ def _check_distributed(config: Config) -> None:
         _check_graph_strategy(config)
     if config.optim.compile and strategy != "none":
         raise ValueError(f"config key 'optim.compile' needs distributed.strategy 'none', got {strategy!r}")
-    if config.data.on_device and config.task.level != "graph":
+    if config.data.on_device and config.task.level not in (None, "graph"):
         raise ValueError(f"config key 'data.on_device' needs task.level 'graph', got {config.task.level!r}")
     if config.data.pad_to:
         _check_padding(config)
@@ -215,7 +215,7 @@ def _check_distributed(config: Config) -> None:
 def _check_padding(config: Config) -> None:
     """``data.pad_to``: its three sizes, on graph-level GPS runs in one process."""
     PadBudget.from_config(config.data.pad_to)
-    if config.task.level != "graph":
+    if config.task.level not in (None, "graph"):
         raise ValueError(f"config key 'data.pad_to' needs task.level 'graph', got {config.task.level!r}")
     if config.model.kind != "gps":
         raise ValueError(f"config key 'data.pad_to' needs model.kind 'gps', got {config.model.kind!r}")
