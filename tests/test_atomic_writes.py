@@ -5,6 +5,7 @@ import ast
 import json
 import os
 import re
+import signal
 from pathlib import Path
 
 import matplotlib
@@ -14,6 +15,7 @@ import torch
 
 import kmipgt
 from kmipgt.atomic import (
+    atomic_write,
     atomic_write_json,
     atomic_write_text,
     save_array,
@@ -106,3 +108,29 @@ def test_a_symlink_at_the_target_is_replaced_and_its_target_left_alone(tmp_path,
                           "labels.npy": [0, 1, 2], "graph.npz": [1.0, 1.0], "plot.png": b"\x89PNG"}[name]
     assert sorted(os.listdir(link.parent)) == [name]  # no temporary file left
     assert link.stat().st_mode & 0o077 == 0  # readable by its owner only, like every file written
+
+
+class _InterruptedFile:
+    """A file whose first write receives Ctrl-C (SIGINT) before it goes on."""
+
+    def __init__(self, handle):
+        self.handle, self.interrupted = handle, False
+
+    def write(self, data: bytes) -> int:
+        if not self.interrupted:
+            self.interrupted = True
+            os.kill(os.getpid(), signal.SIGINT)
+        return self.handle.write(data)
+
+    def flush(self) -> None:
+        self.handle.flush()
+
+
+def test_a_ctrl_c_during_a_checkpoint_write_waits_until_the_file_is_whole(tmp_path):
+    """Ctrl-C inside torch.save's writer would leave its zip half-written (and its C++ cleanup's error can
+    hide the interrupt); the interrupt comes once the file is written and in place."""
+    tensors = {"weights": torch.arange(100_000.0)}
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(tmp_path / "last.pt", lambda handle: torch.save(tensors, _InterruptedFile(handle)))
+    assert torch.equal(torch.load(tmp_path / "last.pt")["weights"], tensors["weights"])
+    assert [path.name for path in tmp_path.iterdir()] == ["last.pt"]

@@ -13,8 +13,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import tempfile
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -42,21 +44,47 @@ def temp_prefix(name: str) -> str:
     return f".{name}."
 
 
+@contextlib.contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """Hold SIGINT (Ctrl-C) until the block ends, then act on it as its handler would.
+
+    A KeyboardInterrupt raised inside ``torch.save``'s writer leaves its zip container half-written, and its
+    C++ cleanup then fails with an error of its own ("unexpected pos") that replaces the interrupt: the user
+    would see a crash instead of the line saying how to resume. Writes are short; the interrupt waits.
+    Only the main thread receives signals (elsewhere the block runs as it is).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda number, frame: received.append(number))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if received and callable(previous):
+            previous(signal.SIGINT, None)
+        elif received and previous == signal.SIG_DFL:
+            signal.raise_signal(signal.SIGINT)
+
+
 def atomic_write(path: str | Path, write: Callable[[BinaryIO], object]) -> None:
     """Write ``path`` through ``write(file)`` into a temporary sibling, flushed to disk, then renamed over it.
 
     Until the rename, ``path`` keeps its previous content. On any failure the temporary file is removed;
-    an OSError (e.g. disk full) is re-raised naming ``path``.
+    an OSError (e.g. disk full) is re-raised naming ``path``. A Ctrl-C during the write is held until the
+    file is whole (:func:`_interrupts_held`).
     """
     path = Path(path)
     descriptor, temp = tempfile.mkstemp(dir=path.parent, prefix=temp_prefix(path.name), suffix=TEMP_SUFFIX)
     try:
-        with os.fdopen(descriptor, "wb") as handle:
-            write(handle)
-            handle.flush()
-            # Without fsync a power loss after the rename can leave an empty file under the new name.
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
+        with _interrupts_held():
+            with os.fdopen(descriptor, "wb") as handle:
+                write(handle)
+                handle.flush()
+                # Without fsync a power loss after the rename can leave an empty file under the new name.
+                os.fsync(handle.fileno())
+            os.replace(temp, path)
     except BaseException as error:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp)
