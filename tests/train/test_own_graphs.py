@@ -135,6 +135,9 @@ def test_a_sweep_over_a_datasets_splits_reports_mean_and_spread(tmp_path):
     assert main(["sweep", str(sweep), "--jobs", "1"]) == 0
     summary = (tmp_path / "sweep" / "summary.md").read_text()
     assert "±" in summary and "3" in summary
+    # The cells saved the task they read from the data, which the sweep's config leaves open: done.
+    assert main(["sweep", str(sweep), "--jobs", "1"]) == 0
+    assert (tmp_path / "sweep" / "summary.md").read_text() == summary
     beyond = load_config("start_node", ["data.split_index=3", f"data.options.path={tmp_path}/graph.pt"])
     with pytest.raises(ValueError, match=r"data\.split_index 3 picks a split of train_mask, which holds 3"):
         prepare_data(beyond)
