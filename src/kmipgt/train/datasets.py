@@ -226,7 +226,7 @@ def prepared_task(config: Config, data: PreparedData) -> TaskConfig:
     if data.task is not None:
         return data.task
     task = dataclasses.replace(config.task, level=config.task.level or data.level)
-    raw = data.graph or data.splits
+    raw = data.graph if data.graph is not None else data.splits
     return resolve_task(task, raw, partial(_training_labels, raw, f"dataset {data.name!r}"))
 
 
