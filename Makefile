@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint gpu-bundle gpu-site gpu-check lrgb-table
+.PHONY: setup demo test lint compat gpu-bundle gpu-site gpu-check lrgb-table
 
 # torch==2.13.0 first: it is the CPU wheel on disk; a looser request would pull a multi-GB CUDA build.
 $(STAMP): pyproject.toml
@@ -24,6 +24,13 @@ test: setup
 
 lint: setup
 	$(VENV)/bin/ruff check .
+
+# kmipgt's wheel beside one PyTorch release (TORCH=2.14.1), in a fresh venv under .compat/: the install must
+# leave torch as it was; then a quick test subset and the main job. One line, recorded in
+# docs/data/torch_compat.csv (docs/compatibility.md). Several GB per release, removed after the check.
+compat:
+	@test -n "$(TORCH)" || { echo "usage: make compat TORCH=VERSION (e.g. TORCH=2.14.1)"; exit 2; }
+	$(PYTHON) tools/torch_compat.py $(TORCH)
 
 # The GPU machine's own Python (torch with CUDA, Triton), and where the carried wheels go there.
 GPU_PYTHON ?= python3

@@ -13,7 +13,7 @@ import argparse
 
 import torch.distributed as dist
 
-from kmipgt.distributed import count_communication
+from kmipgt.distributed import count_communication, require_torchrun
 from kmipgt.train import Trainer, load_config
 from kmipgt.train.batches import forward
 
@@ -38,6 +38,8 @@ def main() -> None:
     parser.add_argument("--config", default="configs/synthetic_city_graphgps.yaml")
     parser.add_argument("--set", action="append", default=[], help="config override key.sub=value")
     args = parser.parse_args()
+    require_torchrun("torchrun --standalone --nproc-per-node 2 examples/graph_partition_volume.py "
+                     "--config configs/synthetic_city_graphgps.yaml --set threads=1")
     dist.init_process_group("gloo")
     rank, ranks = dist.get_rank(), dist.get_world_size()
     config = load_config(args.config, [*args.set, "distributed.strategy=graph", "device=cpu"])

@@ -13,7 +13,7 @@ import argparse
 import torch
 import torch.distributed as dist
 
-from kmipgt.distributed import count_communication, sharded_kmip_attention
+from kmipgt.distributed import count_communication, require_torchrun, sharded_kmip_attention
 from kmipgt.ops import kmip_attention
 
 
@@ -24,6 +24,7 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=16, help="head dimension of queries, keys and values")
     parser.add_argument("-k", type=int, default=16)
     args = parser.parse_args()
+    require_torchrun("torchrun --standalone --nproc-per-node 2 examples/sharded_attention.py --nodes 10000")
     dist.init_process_group("gloo")
     rank, ranks = dist.get_rank(), dist.get_world_size()
 

@@ -130,7 +130,13 @@ def test_a_ctrl_c_during_a_checkpoint_write_waits_until_the_file_is_whole(tmp_pa
     """Ctrl-C inside torch.save's writer would leave its zip half-written (and its C++ cleanup's error can
     hide the interrupt); the interrupt comes once the file is written and in place."""
     tensors = {"weights": torch.arange(100_000.0)}
-    with pytest.raises(KeyboardInterrupt):
-        atomic_write(tmp_path / "last.pt", lambda handle: torch.save(tensors, _InterruptedFile(handle)))
+    # Python's own handler, as in a terminal: a process started in the background (a CI job, say) ignores
+    # SIGINT, and then so would this test.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            atomic_write(tmp_path / "last.pt", lambda handle: torch.save(tensors, _InterruptedFile(handle)))
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert torch.equal(torch.load(tmp_path / "last.pt")["weights"], tensors["weights"])
     assert [path.name for path in tmp_path.iterdir()] == ["last.pt"]

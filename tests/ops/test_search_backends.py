@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+import kmipgt
 import kmipgt.ops.search.backends.ivf_search as ivf_search
 import kmipgt.ops.search.fused_kernel as fused_search
 import kmipgt.ops.search.ivf_common as ivf_common
@@ -271,12 +272,10 @@ print("TRITON-OK")
 )
 @pytest.mark.requires("triton")
 def test_triton_kernel_logic_in_the_interpreter():
-    root = Path(__file__).resolve().parents[2]
-    env = {
-        **os.environ,
-        "TRITON_INTERPRET": "1",
-        "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root / "tests")]),
-    }
+    # The kmipgt this test imported (src/, or an installed wheel's), and the tests' helpers.
+    package_parent, tests = Path(kmipgt.__file__).resolve().parents[1], Path(__file__).resolve().parents[1]
+    env = {**os.environ, "TRITON_INTERPRET": "1",
+           "PYTHONPATH": os.pathsep.join([str(package_parent), str(tests)])}
     done = subprocess.run(
         [sys.executable, "-c", _TRITON_SCRIPT],
         capture_output=True,

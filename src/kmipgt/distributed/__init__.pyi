@@ -13,4 +13,5 @@ from .graph_shard import shard_graph as shard_graph
 from .halo import HaloPlan as HaloPlan
 from .halo import halo_exchange as halo_exchange
 from .halo import halo_plan as halo_plan
+from .launch import require_torchrun as require_torchrun
 from .partition import partition_order as partition_order

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -13,10 +14,27 @@ import torch.distributed as dist
 from kmipgt.distributed import group_release  # noqa: F401  (before any process group exists)
 from kmipgt.distributed.choices import STRATEGIES
 
-__all__ = ["STRATEGIES", "Ranks", "current_ranks", "process_group", "rank_device"]
+__all__ = [
+    "STRATEGIES", "Ranks", "current_ranks", "process_group", "rank_device", "require_torchrun",
+    "torchrun_missing",
+]
 
 # What torchrun sets for every process it starts (env:// rendezvous of init_process_group).
 _TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def torchrun_missing() -> list[str]:
+    """The variables torchrun sets for every process it starts that this process lacks (none: launched by
+    torchrun, or an equivalent env:// rendezvous)."""
+    return [name for name in _TORCHRUN_VARIABLES if name not in os.environ]
+
+
+def require_torchrun(command: str) -> None:
+    """For a script meant for torchrun: run plainly, it exits with status 2 after one line that gives
+    ``command``, how to launch it (torch's own error would name a missing variable instead)."""
+    if torchrun_missing():
+        print(f"{os.path.basename(sys.argv[0])} runs under torchrun: {command}", file=sys.stderr)
+        raise SystemExit(2)
 
 
 @dataclass(frozen=True)
@@ -49,7 +67,7 @@ def process_group(device_type: str) -> Iterator[Ranks]:
     if dist.is_initialized():
         yield current_ranks()
         return
-    missing = [name for name in _TORCHRUN_VARIABLES if name not in os.environ]
+    missing = torchrun_missing()
     if missing:
         raise ValueError(
             f"distributed.strategy 'ddp' or 'graph' runs under torchrun (`torchrun --nproc-per-node 2 -m "

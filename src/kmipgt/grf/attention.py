@@ -66,10 +66,9 @@ def _graphs(
     num_nodes: int, ptr: Tensor | None, batch: Tensor | None, device: torch.device,
     layout: RaggedLayout | None = None,
 ) -> tuple[Tensor, int]:
-    """``[N]`` graph id per node on ``device`` and the number of graphs, from ``layout`` or else ``ptr``
-    ``[G + 1]`` or sorted ``batch`` ``[N]`` (neither: one graph). The ids are expanded on the device from the
-    layout's device offsets with the host's node count, so nothing is read back from the device, and a
-    compiled model traces them as it traces any op."""
+    """``[N]`` graph id per node on ``device`` and the number of graphs (at least 1), from ``layout`` or else
+    ``ptr`` ``[G + 1]`` or sorted ``batch`` ``[N]`` (neither: one graph). The ids are expanded on the device
+    from the device offsets and the host's node count: nothing is read back, and a compiler traces them."""
     if layout is None:
         layout = RaggedLayout.from_ptr(num_nodes, device, ptr=ptr, batch=batch)
     elif ptr is not None or batch is not None:
@@ -78,9 +77,11 @@ def _graphs(
         raise ValueError(f"`layout` is for {layout.device}, the inputs are on {device}")
     elif not torch.compiler.is_compiling() and layout.num_nodes != num_nodes:
         raise ValueError(f"`layout` holds {layout.num_nodes} nodes, the inputs {num_nodes}")
-    sizes = layout.device_ptr.diff()
-    graphs = torch.arange(layout.num_graphs, device=sizes.device)
-    return torch.repeat_interleave(graphs, sizes, output_size=num_nodes), torch.sym_max(layout.num_graphs, 1)
+    sizes, count = layout.device_ptr.diff(), layout.num_graphs
+    graphs = torch.arange(count, device=sizes.device)
+    # sym_max keeps a symbolic count symbolic; on a plain int the TorchDynamo of torch 2.11 cannot trace it.
+    count = torch.sym_max(count, 1) if isinstance(count, torch.SymInt) else max(count, 1)
+    return torch.repeat_interleave(graphs, sizes, output_size=num_nodes), count
 
 
 def _head_major_features(
@@ -158,8 +159,7 @@ def _normalise(out: Tensor, eps: float) -> Tensor:
 
 def _normalise_with_global(
     out: Tensor, global_weight: float, phi_q: Tensor, phi_k: Tensor, value1: Tensor,
-    graphs: tuple[Tensor, int] | None,
-    outer: Tensor | None, eps: float,
+    graphs: tuple[Tensor, int] | None, outer: Tensor | None, eps: float,
 ) -> Tensor:
     """:func:`_normalise` of the masked sums ``out`` plus ``global_weight ·`` :func:`_global_term` (``graphs``
     is needed only when ``global_weight > 0``)."""
@@ -304,18 +304,9 @@ def linear_attention(
 
 
 def _edge_list_attention(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    block: Tensor | CSRPattern,
-    weights: Tensor,
-    score: str,
-    projection: Tensor | None,
-    scale: float | None,
-    global_weight: float,
-    graphs: tuple[Tensor, int] | None,
-    eps: float,
-    chunk_rows: int | None,
+    query: Tensor, key: Tensor, value: Tensor, block: Tensor | CSRPattern, weights: Tensor, score: str,
+    projection: Tensor | None, scale: float | None, global_weight: float, graphs: tuple[Tensor, int] | None,
+    eps: float, chunk_rows: int | None,
 ) -> Tensor:
     """``Σ_j mask_ij A_ij [v_j, 1]`` over the stored entries: one SDDMM for ``A`` and one SpMM, all heads
     at once through the block-diagonal ``[H·N, H·N]`` layout ``block`` with mask values ``weights``.

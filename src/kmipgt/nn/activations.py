@@ -5,8 +5,9 @@ is not kept for the backward (a ReLU followed by a residual sum, as in GatedGCN)
 of bool masks are about 20 times slower than aten's elementwise kernels (torch 2.11 to 2.13, AVX2 and
 AVX-512 alike), which made a compiled GatedGCN step slower than the eager one. Under compile on the CPU,
 :func:`relu` therefore saves its float output and multiplies the gradient by the output's sign, which is
-ReLU's gradient exactly (1 where the output is positive, 0 where it is zero). Eager code, CUDA and
-``torch.export`` use :func:`torch.relu` itself.
+ReLU's gradient exactly (1 where the output is positive, 0 where it is zero); from torch 2.13 the graph
+then saves no mask (before it, the partitioner still saves one). Eager code, CUDA and ``torch.export`` use
+:func:`torch.relu` itself.
 """
 
 from __future__ import annotations

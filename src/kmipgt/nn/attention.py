@@ -159,9 +159,19 @@ class ProjectedAttention(torch.nn.Module):
         self.lin_key.bias.zero_()
 
     def query_key(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Query and key tokens ``[N, H, qk_dim]`` each, as the attention sees them."""
+        """Query and key tokens ``[N, H, qk_dim]`` each, as the attention sees them.
+
+        Under autocast they are projected in float32 all the same: the keys a search ranks, and so the keys
+        a query attends, are then those of the float32 model. Half-precision projections round near-tied
+        inner products apart, and a k-MIP query attends other keys (with k=5, outputs 7% off float32's).
+        """
         shape = (x.size(0), self.heads, self.qk_dim)
-        return self.lin_query(x).view(shape), self.lin_key(x).view(shape)
+        device = x.device.type
+        if not torch.is_autocast_enabled(device):
+            return self.lin_query(x).view(shape), self.lin_key(x).view(shape)
+        x = _at_least_float32(x)
+        with torch.autocast(device, enabled=False):
+            return self.lin_query(x).view(shape), self.lin_key(x).view(shape)
 
     def query_key_value(self, x: Tensor, qk_x: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """Query and key (from ``qk_x`` if given) tokens ``[N, H, qk_dim]`` and value tokens

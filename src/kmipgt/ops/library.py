@@ -33,13 +33,18 @@ __all__ = [
 ]
 
 
+# The oldest torch that `make compat` passed on (docs/compatibility.md), as pyproject.toml asks for it. The
+# operators need 2.8 (``custom_op(tags=...)``); 2.8 and 2.9 compile the models wrongly or not at all.
+OLDEST_TORCH = "2.10"
+if torch.__version__ < OLDEST_TORCH:
+    raise ImportError(f"kmipgt needs torch {OLDEST_TORCH} or later, got torch {torch.__version__}")
+
 # The tags of an operator that routes each call on the host from the values of the CPU offsets ``ptr``
 # (which kernel, its launch grid, the graph blocks). A CUDA graph replays the kernels it captured, not that
 # routing: a replay on a batch with other offsets would launch the captured batch's grids. Tagged unsafe to
 # capture, the operator runs eagerly between the captured parts under torch.compile(mode="reduce-overhead")
-# (inductor's graph partition) and re-routes every call. torch before 2.8 has neither the tag nor the
-# partition.
-HOST_ROUTED = (torch.Tag.cudagraph_unsafe,) if hasattr(torch.Tag, "cudagraph_unsafe") else ()
+# (inductor's graph partition) and re-routes every call.
+HOST_ROUTED = (torch.Tag.cudagraph_unsafe,)
 
 
 class OpLayout(NamedTuple):

@@ -10,7 +10,6 @@ import torch.fx.experimental._config as fx_config
 from torch._dynamo.utils import counters
 
 from kmipgt.nn.attention import ProjectedAttention
-from kmipgt.ops.library import HOST_ROUTED
 
 _BATCH_NORM_OPS = ("_native_batch_norm_legit_functional", "native_batch_norm_backward",
                    "_native_batch_norm_legit", "_native_batch_norm_legit_no_training")
@@ -50,9 +49,6 @@ def _check_cuda_graphs(model: torch.nn.Module, backend: str, dynamic: bool) -> N
     if dynamic:
         raise ValueError("CUDA graphs (optim.cuda_graphs) need static shapes (data.pad_to): a graph is "
                          "captured for every batch shape")
-    if not HOST_ROUTED:
-        raise ValueError(f"CUDA graphs (optim.cuda_graphs) need torch 2.8 or later (its cudagraph_unsafe tag "
-                         f"keeps the attention operators out of the graphs), got torch {torch.__version__}")
 
 
 class CompiledModel(torch.nn.Module):
