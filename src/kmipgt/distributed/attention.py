@@ -178,6 +178,8 @@ def sharded_kmip_attention(
         ``[n_r, H, d_v]`` the attention output of this rank's queries. A bad input on any rank raises on
         every rank (the failing one its own TypeError/ValueError), so no rank waits in a collective.
     """
+    if torch.is_autocast_enabled(query.device.type) and value.dtype != query.dtype:
+        value = value.to(query.dtype)  # the modules' float32 queries and keys under autocast: one dtype
     try:
         _check_inputs(query, key, value, k, batch, dropout_p)
         error = None
