@@ -166,11 +166,10 @@ class ProjectedAttention(torch.nn.Module):
         inner products apart, and a k-MIP query attends other keys (with k=5, outputs 8% off float32's).
         """
         shape = (x.size(0), self.heads, self.qk_dim)
-        device = x.device.type
-        if not torch.is_autocast_enabled(device):
-            return self.lin_query(x).view(shape), self.lin_key(x).view(shape)
-        x = _at_least_float32(x)
-        with torch.autocast(device, enabled=False):
+        precision = contextlib.nullcontext()
+        if torch.is_autocast_enabled(x.device.type):
+            x, precision = _at_least_float32(x), torch.autocast(x.device.type, enabled=False)
+        with precision:
             return self.lin_query(x).view(shape), self.lin_key(x).view(shape)
 
     def query_key_value(self, x: Tensor, qk_x: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
